@@ -1,0 +1,87 @@
+"""The Starlette application: routes, error handlers, and the engine's lifespan."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from api.chat import create_chat_completion
+from api.completions import create_completion
+from api.engine_client import EngineClient
+from api.errors import APIError, api_error_handler, http_error_handler, unhandled_error_handler
+from api.state import ServerState
+from engine.config import Config
+from engine.core import Engine
+from parsers.chat_template import ChatTemplate, TemplateError
+
+
+async def list_models(request: Request) -> Response:
+    state: ServerState = request.app.state.llama
+    return JSONResponse({"object": "list", "data": [{
+        "id": state.model_name, "object": "model", "created": state.created,
+        "owned_by": "llamaserve", "meta": {"n_ctx": state.runner.n_ctx,
+                                           "n_ctx_seq": state.runner.n_ctx_seq,
+                                           "n_seq_max": state.runner.n_seq_max}}]})
+
+
+async def healthz(request: Request) -> Response:
+    state: ServerState = request.app.state.llama
+    engine = state.client.engine
+    if not engine.alive:
+        return JSONResponse({"status": "error", "reason": engine.failure or "engine stopped"},
+                            status_code=503)
+    return JSONResponse({"status": "ok", "model": state.model_name})
+
+
+async def metrics(request: Request) -> Response:
+    state: ServerState = request.app.state.llama
+    return Response(generate_latest(state.client.engine.metrics.registry),
+                    media_type=CONTENT_TYPE_LATEST)
+
+
+def load_template(config: Config, engine: Engine) -> ChatTemplate | None:
+    source = config.model.chat_template or engine.runner.chat_template()
+    if not source:
+        return None
+    try:
+        return ChatTemplate(source, bos_token=engine.runner.special_token_text("bos"),
+                            eos_token=engine.runner.special_token_text("eos"))
+    except TemplateError as exc:
+        raise ValueError(f"model.chat_template: {exc}") from exc
+
+
+def build_app(config: Config, engine: Engine) -> Starlette:
+    client = EngineClient(engine, workers=config.server.prepare_workers)
+    state = ServerState(config=config, client=client, model_name=config.model.served_name(),
+                        template=load_template(config, engine))
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        client.start()
+        try:
+            yield
+        finally:
+            client.stop()
+
+    routes = [
+        Route("/v1/completions", create_completion, methods=["POST"]),
+        Route("/v1/chat/completions", create_chat_completion, methods=["POST"]),
+        Route("/v1/models", list_models, methods=["GET"]),
+        Route("/healthz", healthz, methods=["GET"]),
+        Route("/health", healthz, methods=["GET"]),
+        Route("/metrics", metrics, methods=["GET"]),
+    ]
+    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={
+        APIError: api_error_handler,
+        HTTPException: http_error_handler,
+        Exception: unhandled_error_handler,
+    })
+    app.state.llama = state
+    return app

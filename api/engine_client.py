@@ -1,0 +1,101 @@
+"""The bridge between the asyncio world and the engine thread.
+
+Results arrive once per engine step through ``loop.call_soon_threadsafe`` and
+are dispatched to one ``asyncio.Queue`` per HTTP request; no thread is held per
+request and no executor hop happens per token. Blocking preparation work
+(template rendering, tokenization) runs once per request on a small pool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import AsyncIterator, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from api.errors import APIError
+from api.params import choice_seed
+from engine.core import ContextLengthExceeded, Engine
+from engine.request import Delta, EngineError, Request, SamplingParams, Status
+
+T = TypeVar("T")
+
+
+class Generation:
+    """The sequences of one HTTP request (prompts x n choices) running on the engine."""
+
+    def __init__(self, engine: Engine, requests: list[Request],
+                 queue: asyncio.Queue[Delta]) -> None:
+        self.engine = engine
+        self.requests = requests
+        self.queue = queue
+
+    async def deltas(self) -> AsyncIterator[Delta]:
+        remaining = len(self.requests)
+        while remaining:
+            delta = await self.queue.get()
+            if delta.finish_reason is not None:
+                remaining -= 1
+            yield delta
+
+    def cancel(self) -> None:
+        for r in self.requests:
+            if r.status is not Status.FINISHED:
+                self.engine.cancel(r)
+
+
+class EngineClient:
+    def __init__(self, engine: Engine, workers: int = 4) -> None:
+        self.engine = engine
+        self.executor = ThreadPoolExecutor(workers, thread_name_prefix="llamaserve-prepare")
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    def start(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.engine.start(self._publish)
+
+    def stop(self) -> None:
+        self.engine.stop()
+        self.executor.shutdown(wait=False, cancel_futures=True)
+
+    def _publish(self, batch: list[tuple[Request, Delta]]) -> None:
+        loop = self.loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(_dispatch, batch)
+
+    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.executor, fn, *args)
+
+    def generate(self, prompts: Sequence[list[int]], params: SamplingParams, n: int,
+                 param: str = "prompt") -> Generation:
+        """Admission-check and submit every (prompt, choice); all or nothing."""
+        queue: asyncio.Queue[Delta] = asyncio.Queue()
+        requests = []
+        for p_index, prompt in enumerate(prompts):
+            if not prompt:
+                raise APIError("The prompt is empty after tokenization", param=param,
+                               code="invalid_value")
+            for i in range(n):
+                try:
+                    max_new = self.engine.max_new_tokens(len(prompt), params.max_tokens)
+                except ContextLengthExceeded as exc:
+                    raise APIError(str(exc), param=param, code="context_length_exceeded") \
+                        from None
+                choice = dataclasses.replace(params, seed=choice_seed(params.seed, i))
+                requests.append(Request(prompt=prompt, params=choice, max_new_tokens=max_new,
+                                        consumer=queue, index=p_index * n + i))
+        try:
+            for r in requests:
+                self.engine.submit(r)
+        except EngineError as exc:
+            for r in requests:
+                self.engine.cancel(r)
+            raise APIError(str(exc), status=503, code="engine_unavailable") from None
+        return Generation(self.engine, requests, queue)
+
+
+def _dispatch(batch: list[tuple[Request, Delta]]) -> None:
+    for request, delta in batch:
+        request.consumer.put_nowait(delta)

@@ -1,0 +1,60 @@
+"""OpenAI-style errors: one exception type, one JSON shape, the right status."""
+
+from __future__ import annotations
+
+import logging
+
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+log = logging.getLogger("llamaserve.api")
+
+_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+          404: "not_found_error", 405: "invalid_request_error", 408: "timeout_error",
+          413: "invalid_request_error", 429: "rate_limit_error", 500: "server_error",
+          503: "server_error"}
+
+
+class APIError(Exception):
+    def __init__(self, message: str, *, status: int = 400, param: str | None = None,
+                 code: str | None = None, type: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+        self.param = param
+        self.code = code
+        self.type = type or _TYPES.get(status, "invalid_request_error")
+
+    def body(self) -> dict[str, object]:
+        return {"error": {"message": self.message, "type": self.type,
+                          "param": self.param, "code": self.code}}
+
+    def response(self) -> JSONResponse:
+        return JSONResponse(self.body(), status_code=self.status)
+
+
+def invalid(param: str, message: str) -> APIError:
+    return APIError(message, param=param, code="invalid_value")
+
+
+async def api_error_handler(_request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, APIError)
+    return exc.response()
+
+
+async def http_error_handler(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    if exc.status_code == 404:
+        message = f"Unknown path: {request.method} {request.url.path}"
+    elif exc.status_code == 405:
+        message = f"Method {request.method} not allowed on {request.url.path}"
+    else:
+        message = str(exc.detail)
+    return APIError(message, status=exc.status_code).response()
+
+
+async def unhandled_error_handler(request: Request, exc: Exception) -> Response:
+    log.exception("unhandled error on %s %s", request.method, request.url.path)
+    return APIError(f"Internal server error: {type(exc).__name__}", status=500,
+                    code="internal_error").response()

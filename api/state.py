@@ -1,0 +1,37 @@
+"""What every route handler needs, built once at start-up."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, field
+
+from api.engine_client import EngineClient
+from engine.config import Config
+from engine.runner import Runner
+from parsers.chat_template import ChatTemplate
+
+
+@dataclass
+class ServerState:
+    config: Config
+    client: EngineClient
+    model_name: str
+    template: ChatTemplate | None
+    created: int = field(default_factory=lambda: int(time.time()))
+
+    @property
+    def runner(self) -> Runner:
+        return self.client.engine.runner
+
+    @property
+    def max_body_bytes(self) -> int:
+        return self.config.server.max_body_bytes
+
+    @property
+    def max_n(self) -> int:
+        return self.config.server.max_n
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:24]}"

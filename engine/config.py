@@ -1,0 +1,202 @@
+"""Load and validate the JSON config into frozen dataclasses.
+
+Validation runs against ``config.schema.json``; every problem is reported as a
+``ConfigError`` whose message names the JSON path (``model.n_ctxx: unknown field``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+
+# Fields the schema accepts (so the example server's configs load) but that this
+# version does not implement yet. Setting one is a clear start-up error.
+NOT_SUPPORTED_YET = ("loras", "mtmd", "draft_model")
+
+
+class ConfigError(ValueError):
+    """A config problem, with the JSON path of the offending field in the message."""
+
+
+@dataclass(frozen=True)
+class FromPretrained:
+    repo_id: str
+    filename: str
+    additional_files: tuple[str, ...] = ()
+    cache_dir: str | None = None
+    revision: str | None = None
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    host: str = "127.0.0.1"
+    port: int = 8000
+    log_level: str = "info"
+    max_body_bytes: int = 8 * 1024 * 1024
+    max_n: int = 16
+    prepare_workers: int = 4
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    path: str | None = None
+    from_pretrained: FromPretrained | None = None
+    alias: str | None = None
+    chat_template: str | None = None
+    response_schema: dict[str, Any] | None = None
+    n_ctx: int = 4096
+    n_seq_max: int = 4
+    n_batch: int = 512
+    n_ubatch: int = 512
+    threads: int = field(default_factory=lambda: os.cpu_count() or 4)
+    threads_batch: int | None = None
+    kv_unified: bool = True
+    embedding: bool | None = None
+    pooling_type: int | None = None
+    store_logits: bool = False
+    use_mmap: bool = True
+    use_mlock: bool = False
+    n_gpu_layers: int | None = None
+    split_mode: int | None = None
+    main_gpu: int | None = None
+    tensor_split: tuple[float, ...] | None = None
+    flash_attn: bool | str | None = None
+    offload_kqv: bool | None = None
+    op_offload: bool | None = None
+    type_k: str | None = None
+    type_v: str | None = None
+    max_output_tokens: int | None = None
+    seed: int | None = None
+
+    @property
+    def n_threads_batch(self) -> int:
+        return self.threads_batch if self.threads_batch is not None else self.threads
+
+    def served_name(self) -> str:
+        """The model id clients see: the alias, else the file name (never a full path)."""
+        if self.alias:
+            return self.alias
+        if self.from_pretrained is not None:
+            return self.from_pretrained.repo_id
+        return Path(self.path or "model").stem
+
+
+@dataclass(frozen=True)
+class DiskCacheConfig:
+    path: str
+    max_bytes: int = 1 << 30
+    min_tokens: int = 128
+
+
+@dataclass(frozen=True)
+class Config:
+    model: ModelConfig
+    server: ServerConfig = field(default_factory=ServerConfig)
+    disk_cache: DiskCacheConfig | None = None
+
+
+@cache
+def schema() -> dict[str, Any]:
+    text = resources.files("engine").joinpath("config.schema.json").read_text("utf-8")
+    data: dict[str, Any] = json.loads(text)
+    return data
+
+
+def _json_path(parts: Any) -> str:
+    out = ""
+    for part in parts:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "<root>"
+
+
+def _describe(error: jsonschema.ValidationError) -> str:
+    where = _json_path(error.absolute_path)
+    if error.validator == "additionalProperties":
+        allowed = set(error.schema.get("properties", {}))
+        unknown = sorted(k for k in error.instance if k not in allowed)
+        prefix = f"{where}." if error.absolute_path else ""
+        return "; ".join(f"{prefix}{k}: unknown field" for k in unknown)
+    if error.validator == "required":
+        return f"{where}: {error.message}"
+    if error.validator in ("oneOf", "anyOf", "enum", "const"):
+        return f"{where}: invalid value {json.dumps(error.instance)[:80]}"
+    return f"{where}: {error.message}"
+
+
+def validate(data: Any) -> None:
+    """Raise ConfigError for the first (most specific) schema violation."""
+    validator = jsonschema.Draft202012Validator(schema())
+    errors = sorted(validator.iter_errors(data), key=lambda e: (len(e.absolute_path), e.path))
+    if errors:
+        deepest = max(errors, key=lambda e: len(e.absolute_path))
+        raise ConfigError(_describe(deepest))
+
+
+def expand_path(value: str) -> str:
+    return os.path.expandvars(os.path.expanduser(value))
+
+
+def _from_pretrained(data: dict[str, Any] | None) -> FromPretrained | None:
+    if data is None:
+        return None
+    return FromPretrained(
+        repo_id=data["repo_id"],
+        filename=data["filename"],
+        additional_files=tuple(data.get("additional_files", ())),
+        cache_dir=expand_path(data["cache_dir"]) if data.get("cache_dir") else None,
+        revision=data.get("revision"),
+    )
+
+
+def _model(data: dict[str, Any]) -> ModelConfig:
+    for name in NOT_SUPPORTED_YET:
+        value = data.get(name)
+        if value:
+            raise ConfigError(f"model.{name}: not supported yet by this version of llamaserve")
+    if ("path" in data) == ("from_pretrained" in data):
+        raise ConfigError("model: set exactly one of 'path' or 'from_pretrained'")
+    if data.get("n_ubatch", 0) > data.get("n_batch", ModelConfig.n_batch):
+        raise ConfigError("model.n_ubatch: must not exceed model.n_batch")
+    values = {k: v for k, v in data.items() if k in ModelConfig.__dataclass_fields__}
+    template = data.get("chat_template")
+    if isinstance(template, list):
+        values["chat_template"] = "".join(template)
+    if "path" in data:
+        values["path"] = expand_path(data["path"])
+    values["from_pretrained"] = _from_pretrained(data.get("from_pretrained"))
+    if "tensor_split" in data:
+        values["tensor_split"] = tuple(float(x) for x in data["tensor_split"])
+    return ModelConfig(**values)
+
+
+def parse(data: Any) -> Config:
+    """Validate a decoded JSON document and build the Config."""
+    validate(data)
+    server = ServerConfig(**data.get("server", {}))
+    model = _model(data["model"])
+    disk = data.get("disk_cache")
+    disk_cache = None
+    if disk is not None:
+        disk_cache = DiskCacheConfig(**{**disk, "path": expand_path(disk["path"])})
+    return Config(model=model, server=server, disk_cache=disk_cache)
+
+
+def load(path: str | os.PathLike[str]) -> Config:
+    """Read and validate a config file; every failure is a one-line ConfigError."""
+    try:
+        text = Path(path).read_text("utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read config {path}: {exc.strerror or exc}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{path}: invalid JSON at line {exc.lineno} column {exc.colno}: "
+                          f"{exc.msg}") from None
+    return parse(data)

@@ -1,0 +1,240 @@
+"""The engine thread: schedule -> decode -> sample -> deliver, forever.
+
+HTTP handlers never touch llama.cpp. They build a ``Request`` and call
+``submit``; the engine thread owns the context, runs one batched
+``llama_decode`` per step over every running sequence, and hands each step's
+output to ``publish`` once (the API layer turns that into one event-loop wakeup
+per step, not one per token).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from engine.config import ModelConfig
+from engine.detokenizer import IncrementalDetokenizer
+from engine.metrics import EngineMetrics
+from engine.request import Delta, EngineError, Request, Status, TokenLogprob
+from engine.runner import DECODE_NO_KV_SLOT, Runner
+from engine.scheduler import BatchItem, Scheduler, StepPlan
+
+log = logging.getLogger("llamaserve.engine")
+
+Publish = Callable[[list[tuple[Request, Delta]]], None]
+
+
+class ContextLengthExceeded(ValueError):
+    """The prompt plus the requested completion can never fit a sequence's context."""
+
+
+@dataclass(frozen=True)
+class _Cancel:
+    request: Request
+
+
+class Engine:
+    def __init__(self, runner: Runner, cfg: ModelConfig, metrics: EngineMetrics | None = None):
+        self.runner = runner
+        self.cfg = cfg
+        self.metrics = metrics or EngineMetrics()
+        self.scheduler = Scheduler(runner.n_seq_max, runner.n_batch, runner.n_ctx)
+        self.publish: Publish = lambda batch: None
+        self._inbox: queue.SimpleQueue[Request | _Cancel | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+        self.alive = False
+        self.failure: str | None = None
+        self.metrics.seqs_total.set(runner.n_seq_max)
+        self.metrics.bind(lambda: len(self.scheduler.running),
+                          lambda: len(self.scheduler.waiting))
+
+    # -- called from any thread ---------------------------------------------------
+    def start(self, publish: Publish) -> None:
+        self.publish = publish
+        self._thread = threading.Thread(target=self._run, name="llamaserve-engine", daemon=True)
+        self.alive = True
+        self.metrics.engine_alive.set(1)
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stopping = True
+        self._inbox.put(None)
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def max_new_tokens(self, prompt_len: int, max_tokens: int | None) -> int:
+        """Admission check for one sequence; raises ContextLengthExceeded."""
+        limit = self.runner.n_ctx_seq
+        cap = self.cfg.max_output_tokens
+        if max_tokens is not None:
+            if prompt_len + max_tokens > limit:
+                raise ContextLengthExceeded(
+                    f"This model's maximum context length is {limit} tokens. However, you "
+                    f"requested {prompt_len + max_tokens} tokens ({prompt_len} in the prompt, "
+                    f"{max_tokens} for the completion). Please reduce the prompt or max_tokens.")
+            return min(max_tokens, cap) if cap else max_tokens
+        if prompt_len >= limit:
+            raise ContextLengthExceeded(
+                f"This model's maximum context length is {limit} tokens. However, your prompt "
+                f"has {prompt_len} tokens, leaving no room for a completion.")
+        room = limit - prompt_len
+        return min(room, cap) if cap else room
+
+    def submit(self, request: Request) -> None:
+        if not self.alive:
+            raise EngineError(f"engine is not running: {self.failure or 'stopped'}")
+        self._inbox.put(request)
+
+    def cancel(self, request: Request) -> None:
+        if request.status is not Status.FINISHED and not request.cancelled:
+            request.cancelled = True
+            self._inbox.put(_Cancel(request))
+
+    # -- engine thread ----------------------------------------------------------------
+    def _run(self) -> None:
+        try:
+            while not self._stopping:
+                out: list[tuple[Request, Delta]] = []
+                self._drain_inbox(out, block=not self.scheduler.has_work)
+                if self.scheduler.has_work and not self._stopping:
+                    self._step(out)
+                if out:
+                    self.publish(out)
+        except BaseException as exc:  # the loop itself broke: report, fail everyone
+            log.exception("engine thread died")
+            self.failure = f"{type(exc).__name__}: {exc}"
+            self.alive = False
+            self.metrics.engine_alive.set(0)
+            out = []
+            for r in [*self.scheduler.running, *self.scheduler.waiting]:
+                self._fail(r, EngineError("engine thread died"), out)
+            self.publish(out)
+            return
+        self.alive = False
+        self.metrics.engine_alive.set(0)
+
+    def _drain_inbox(self, out: list[tuple[Request, Delta]], block: bool) -> None:
+        try:
+            item = self._inbox.get(block=block)
+        except queue.Empty:
+            return
+        while True:
+            if isinstance(item, Request):
+                if item.cancelled:
+                    item.status = Status.FINISHED
+                    self._finish(item, "cancelled", out)
+                else:
+                    self.scheduler.add(item)
+            elif isinstance(item, _Cancel) and item.request.status is not Status.FINISHED:
+                self._finish(item.request, "cancelled", out)
+            try:
+                item = self._inbox.get_nowait()
+            except queue.Empty:
+                return
+
+    def _step(self, out: list[tuple[Request, Delta]]) -> None:
+        started = time.perf_counter()
+        plan = self.scheduler.schedule()
+        for r in plan.preempted:
+            self.runner.clear_seq(r.seq_id)
+            self._finish(r, "length", out)
+        if not plan.items:
+            return
+        try:
+            self._execute(plan, out)
+        except Exception as exc:
+            log.exception("engine step failed; failing %d request(s)", len(plan.items))
+            self.metrics.step_failures.inc()
+            for item in plan.items:
+                self._fail(item.request, EngineError(f"{type(exc).__name__}: {exc}"), out)
+        self.metrics.step_seconds.observe(time.perf_counter() - started)
+
+    def _execute(self, plan: StepPlan, out: list[tuple[Request, Delta]]) -> None:
+        status, last_index = self.runner.decode(plan.items)
+        if status == DECODE_NO_KV_SLOT:
+            victim = max((i.request for i in plan.items), key=lambda r: r.id)
+            log.warning("KV cache full; ending the youngest sequence (request %d)", victim.id)
+            self._finish(victim, "length", out)
+            return
+        if status != 0:
+            raise EngineError(f"llama_decode returned {status}")
+        self.scheduler.commit(plan)
+        prompt_tokens = 0
+        for item, index in zip(plan.items, last_index, strict=True):
+            r = item.request
+            if item.pos < len(r.prompt):
+                prompt_tokens += len(item.tokens)
+            if r.params.prompt_logprobs and not r.output:
+                self._prompt_logprobs(item, index)
+            if item.logits and r.status is Status.RUNNING:
+                self._sample(r, index, out)
+        self.metrics.prompt_tokens.inc(prompt_tokens)
+
+    def _prompt_logprobs(self, item: BatchItem, last_index: int) -> None:
+        r, first = item.request, last_index - len(item.tokens) + 1
+        if item.pos == 0:
+            r.prompt_logprobs.append(None)  # nothing predicts the first token
+        top = r.params.logprobs or 0
+        for j in range(len(item.tokens)):
+            nxt = item.pos + j + 1
+            if nxt < len(r.prompt):
+                r.prompt_logprobs.append(self.runner.logprob(first + j, r.prompt[nxt], top))
+
+    def _sample(self, r: Request, index: int, out: list[tuple[Request, Delta]]) -> None:
+        if r.sampler is None:
+            r.sampler = self.runner.new_sampler(r.params, r.prompt)
+            r.detok = IncrementalDetokenizer(r.params.stop)
+        token = self.runner.sample(r.sampler, index)
+        r.output.append(token)
+        self.metrics.generated_tokens.inc()
+        delta = Delta(index=r.index, token_ids=[token], completion_tokens=len(r.output),
+                      prompt_tokens=len(r.prompt))
+        if len(r.output) == 1 and r.params.prompt_logprobs:
+            delta.prompt_logprobs = r.prompt_logprobs
+        if r.params.logprobs is not None:
+            lp: TokenLogprob = self.runner.logprob(index, token, r.params.logprobs)
+            delta.logprobs = [lp]
+        assert r.detok is not None
+        if self.runner.is_eog(token) and not r.params.ignore_eos:
+            delta.text = r.detok.flush()
+            delta.token_ids = []
+            delta.logprobs = None
+            self._finish(r, "stop", out, delta)
+            return
+        delta.text = r.detok.feed(self.runner.piece(token))
+        if r.detok.stopped:
+            self._finish(r, "stop", out, delta)
+        elif len(r.output) >= r.max_new_tokens:
+            delta.text += r.detok.flush()
+            self._finish(r, "length", out, delta)
+        else:
+            out.append((r, delta))
+
+    def _finish(self, r: Request, reason: str, out: list[tuple[Request, Delta]],
+                delta: Delta | None = None) -> None:
+        was_running = r.status is Status.RUNNING
+        if r.status is not Status.FINISHED:
+            self.scheduler.remove(r)
+        if was_running:
+            self.runner.clear_seq(r.seq_id)
+        self.runner.free_sampler(r.sampler)
+        r.sampler = None
+        r.finish_reason = reason
+        self.metrics.finished.labels(reason).inc()
+        if delta is None:
+            delta = Delta(index=r.index, prompt_tokens=len(r.prompt),
+                          completion_tokens=len(r.output))
+            if r.detok is not None and reason == "length":
+                delta.text = r.detok.flush()
+        delta.finish_reason = reason
+        out.append((r, delta))
+
+    def _fail(self, r: Request, error: EngineError, out: list[tuple[Request, Delta]]) -> None:
+        delta = Delta(index=r.index, error=error, prompt_tokens=len(r.prompt),
+                      completion_tokens=len(r.output))
+        self._finish(r, "error", out, delta)

@@ -1,0 +1,44 @@
+"""Prometheus metrics of the engine (one registry per engine, so tests can run several)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+
+class EngineMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests_running = Gauge(
+            "llamaserve_requests_running", "Sequences currently scheduled on the engine.",
+            registry=r)
+        self.requests_waiting = Gauge(
+            "llamaserve_requests_waiting", "Sequences waiting for a free sequence id.",
+            registry=r)
+        self.seqs_in_use = Gauge(
+            "llamaserve_sequences_in_use", "llama.cpp sequence ids holding a request.",
+            registry=r)
+        self.seqs_total = Gauge(
+            "llamaserve_sequences_total", "llama.cpp sequence ids available (n_seq_max).",
+            registry=r)
+        self.prompt_tokens = Counter(
+            "llamaserve_prompt_tokens", "Prompt tokens evaluated by llama_decode.", registry=r)
+        self.generated_tokens = Counter(
+            "llamaserve_generated_tokens", "Tokens generated.", registry=r)
+        self.finished = Counter(
+            "llamaserve_sequences_finished", "Sequences ended, by finish reason.",
+            ["reason"], registry=r)
+        self.step_seconds = Histogram(
+            "llamaserve_engine_step_seconds", "Wall time of one engine step.",
+            buckets=(0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5), registry=r)
+        self.step_failures = Counter(
+            "llamaserve_engine_step_failures", "Engine steps that raised an error.", registry=r)
+        self.engine_alive = Gauge(
+            "llamaserve_engine_alive", "1 while the engine thread is serving.", registry=r)
+
+    def bind(self, running: Callable[[], float], waiting: Callable[[], float]) -> None:
+        self.requests_running.set_function(running)
+        self.seqs_in_use.set_function(running)
+        self.requests_waiting.set_function(waiting)

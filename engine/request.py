@@ -1,0 +1,110 @@
+"""Per-request state shared by the scheduler, the runner and the engine loop."""
+
+from __future__ import annotations
+
+import enum
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.detokenizer import IncrementalDetokenizer
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """What a client asked for, already validated and resolved (seed is concrete)."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    min_p: float = 0.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repeat_penalty: float = 1.0
+    penalty_last_n: int = 64
+    seed: int = 0
+    logit_bias: tuple[tuple[int, float], ...] = ()
+    max_tokens: int | None = None
+    stop: tuple[str, ...] = ()
+    logprobs: int | None = None  # None: off; k >= 0: chosen token plus k alternatives
+    prompt_logprobs: bool = False  # logprobs of the prompt tokens too (completions echo)
+    ignore_eos: bool = False
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 0.0
+
+
+class Status(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    token: int
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()
+
+
+@dataclass
+class Delta:
+    """One step's worth of output for one request, handed to its consumer."""
+
+    index: int
+    text: str = ""
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[TokenLogprob] | None = None
+    prompt_logprobs: list[TokenLogprob | None] | None = None
+    finish_reason: str | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    error: EngineError | None = None
+
+
+class EngineError(Exception):
+    """An engine-side failure delivered to a request (maps to an HTTP 500)."""
+
+
+_ids = itertools.count(1)
+
+# Called on the engine thread with every Delta of one step, in order.
+Sink = Callable[[list[tuple["Request", Delta]]], None]
+
+
+@dataclass(eq=False)
+class Request:
+    """A single sequence of generation (one choice of one HTTP request)."""
+
+    prompt: list[int]
+    params: SamplingParams
+    max_new_tokens: int
+    consumer: Any = None  # opaque to the engine: where Deltas go (set by the API layer)
+    index: int = 0
+    id: int = field(default_factory=lambda: next(_ids))
+    status: Status = Status.WAITING
+    seq_id: int = -1
+    num_computed: int = 0  # tokens of prompt + output already in the KV cache
+    output: list[int] = field(default_factory=list)
+    cancelled: bool = False
+    finish_reason: str | None = None
+    sampler: Any = None  # runner-owned handle
+    detok: IncrementalDetokenizer | None = None
+    prompt_logprobs: list[TokenLogprob | None] = field(default_factory=list)
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.prompt) + len(self.output)
+
+    @property
+    def prefill_done(self) -> bool:
+        return self.num_computed >= len(self.prompt)
+
+    def next_tokens(self, budget: int) -> list[int]:
+        """Tokens to feed next: a prompt chunk, or the last sampled token."""
+        if not self.prefill_done:
+            return self.prompt[self.num_computed : self.num_computed + budget]
+        return [self.output[-1]]

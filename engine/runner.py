@@ -1,0 +1,295 @@
+"""The only module that talks to llama.cpp.
+
+It loads the model, owns the context and one reusable ``llama_batch`` whose
+arrays are numpy buffers, decodes a scheduler plan in one ``llama_decode``,
+samples through per-request llama.cpp sampler chains, and tokenizes /
+detokenizes. Tokenizer calls only read the vocabulary, so they are safe from
+worker threads while the engine thread decodes.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import llama_cpp as L
+import numpy as np
+
+from engine.config import ModelConfig
+from engine.request import SamplingParams, TokenLogprob
+from engine.scheduler import BatchItem
+
+log = logging.getLogger("llamaserve.runner")
+
+KV_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8,
+            "iq4_nl": 20, "bf16": 30}
+DECODE_NO_KV_SLOT = 1
+
+_LOG_LEVELS = {1: logging.DEBUG, 2: logging.INFO, 3: logging.WARNING, 4: logging.ERROR}
+
+
+@ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p)
+def _llama_log(level: int, text: bytes | None, _user: Any) -> None:
+    py_level = _LOG_LEVELS.get(level, logging.DEBUG)
+    if text and log.isEnabledFor(py_level):
+        log.log(py_level, text.decode("utf-8", "replace").rstrip())
+
+
+_backend_ready = False
+
+
+def _init_backend() -> None:
+    global _backend_ready
+    if not _backend_ready:
+        L.llama_log_set(_llama_log, None)
+        L.llama_backend_init()
+        _backend_ready = True
+
+
+def library_version() -> str:
+    return str(getattr(L, "__version__", "unknown"))
+
+
+class ModelLoadError(RuntimeError):
+    pass
+
+
+class Runner:
+    def __init__(self, model_path: str, cfg: ModelConfig) -> None:
+        _init_backend()
+        self._keep: list[Any] = []  # ctypes objects llama.cpp points into
+        self.model = self._load_model(model_path, cfg)
+        self.vocab = L.llama_model_get_vocab(self.model)
+        self.n_vocab = int(L.llama_vocab_n_tokens(self.vocab))
+        self.ctx = self._new_context(cfg)
+        self.mem = L.llama_get_memory(self.ctx)
+        self.n_ctx = int(L.llama_n_ctx(self.ctx))
+        self.n_ctx_seq = int(L.llama_n_ctx_seq(self.ctx))
+        self.n_seq_max = int(L.llama_n_seq_max(self.ctx))
+        self.n_batch = int(L.llama_n_batch(self.ctx))
+        self._pieces: tuple[dict[int, bytes], dict[int, bytes]] = ({}, {})
+        self._eog: dict[int, bool] = {}
+        self._init_batch()
+
+    # -- loading --------------------------------------------------------------
+    def _load_model(self, path: str, cfg: ModelConfig) -> Any:
+        mp = L.llama_model_default_params()
+        if cfg.n_gpu_layers is not None:
+            mp.n_gpu_layers = cfg.n_gpu_layers
+        if cfg.split_mode is not None:
+            mp.split_mode = cfg.split_mode
+        if cfg.main_gpu is not None:
+            mp.main_gpu = cfg.main_gpu
+        if cfg.tensor_split:
+            split = (ctypes.c_float * len(cfg.tensor_split))(*cfg.tensor_split)
+            self._keep.append(split)
+            mp.tensor_split = split
+        if cfg.use_mmap and cfg.use_mlock:
+            mp.load_mode = L.LLAMA_LOAD_MODE_MMAP_MLOCK
+        elif cfg.use_mlock:
+            mp.load_mode = L.LLAMA_LOAD_MODE_MLOCK
+        elif cfg.use_mmap:
+            mp.load_mode = L.LLAMA_LOAD_MODE_MMAP
+        else:
+            mp.load_mode = L.LLAMA_LOAD_MODE_NONE
+        model = L.llama_model_load_from_file(path.encode(), mp)
+        if not model:
+            raise ModelLoadError(f"llama.cpp could not load the model file {path}")
+        return model
+
+    def _new_context(self, cfg: ModelConfig) -> Any:
+        cp = L.llama_context_default_params()
+        cp.n_ctx = cfg.n_ctx
+        cp.n_batch = cfg.n_batch
+        cp.n_ubatch = min(cfg.n_ubatch, cfg.n_batch)
+        cp.n_seq_max = cfg.n_seq_max
+        cp.n_threads = cfg.threads
+        cp.n_threads_batch = cfg.n_threads_batch
+        cp.kv_unified = cfg.kv_unified
+        cp.no_perf = True
+        if cfg.embedding is not None:
+            cp.embeddings = cfg.embedding
+        if cfg.pooling_type is not None:
+            cp.pooling_type = cfg.pooling_type
+        if cfg.flash_attn is not None:
+            cp.flash_attn_type = {True: 1, False: 0, "auto": -1}[cfg.flash_attn]
+        if cfg.offload_kqv is not None:
+            cp.offload_kqv = cfg.offload_kqv
+        if cfg.op_offload is not None:
+            cp.op_offload = cfg.op_offload
+        if cfg.type_k is not None:
+            cp.type_k = KV_TYPES[cfg.type_k]
+        if cfg.type_v is not None:
+            cp.type_v = KV_TYPES[cfg.type_v]
+        ctx = L.llama_init_from_model(self.model, cp)
+        if not ctx:
+            raise ModelLoadError("llama.cpp could not create a context with these settings")
+        return ctx
+
+    def _init_batch(self) -> None:
+        n = self.n_batch
+        self._tok = np.zeros(n, dtype=np.int32)
+        self._pos = np.zeros(n, dtype=np.int32)
+        self._nseq = np.ones(n, dtype=np.int32)
+        self._seq = np.zeros(n, dtype=np.int32)
+        self._out = np.zeros(n, dtype=np.int8)
+        self._arange = np.arange(n, dtype=np.int32)
+        i32p = ctypes.POINTER(ctypes.c_int32)
+        base = self._seq.ctypes.data
+        self._seq_ptrs = (i32p * n)(*[ctypes.cast(base + 4 * i, i32p) for i in range(n)])
+        batch = L.llama_batch()
+        batch.token = self._tok.ctypes.data_as(i32p)
+        batch.embd = ctypes.POINTER(ctypes.c_float)()
+        batch.pos = self._pos.ctypes.data_as(i32p)
+        batch.n_seq_id = self._nseq.ctypes.data_as(i32p)
+        batch.seq_id = self._seq_ptrs
+        batch.logits = self._out.ctypes.data_as(ctypes.POINTER(ctypes.c_int8))
+        self.batch = batch
+
+    def close(self) -> None:
+        if self.ctx:
+            L.llama_free(self.ctx)
+            self.ctx = None
+        if self.model:
+            L.llama_model_free(self.model)
+            self.model = None
+
+    # -- metadata ---------------------------------------------------------------
+    def chat_template(self) -> str | None:
+        raw = L.llama_model_chat_template(self.model, None)
+        return raw.decode("utf-8") if raw else None
+
+    def meta(self, key: str) -> str | None:
+        buf = ctypes.create_string_buffer(4096)
+        n = L.llama_model_meta_val_str(self.model, key.encode(), buf, len(buf))
+        return buf.value.decode("utf-8", "replace") if n >= 0 else None
+
+    def special_token_text(self, which: str) -> str:
+        token = {"bos": L.llama_vocab_bos, "eos": L.llama_vocab_eos}[which](self.vocab)
+        return self.piece(token, special=True).decode("utf-8", "replace") if token >= 0 else ""
+
+    @property
+    def adds_bos(self) -> bool:
+        return bool(L.llama_vocab_get_add_bos(self.vocab))
+
+    # -- tokenizer (thread-safe: reads the vocabulary only) -----------------------
+    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = False) -> list[int]:
+        data = text.encode("utf-8")
+        cap = len(data) + 16
+        buf = (L.llama_token * cap)()
+        n = L.llama_tokenize(self.vocab, data, len(data), buf, cap, add_special, parse_special)
+        if n < 0:
+            cap = -n
+            buf = (L.llama_token * cap)()
+            n = L.llama_tokenize(self.vocab, data, len(data), buf, cap, add_special, parse_special)
+        return list(buf[:n])
+
+    def piece(self, token: int, special: bool = False) -> bytes:
+        cache = self._pieces[special]
+        out = cache.get(token)
+        if out is None:
+            buf = ctypes.create_string_buffer(64)
+            n = L.llama_token_to_piece(self.vocab, token, buf, 64, 0, special)
+            if n < 0:
+                buf = ctypes.create_string_buffer(-n)
+                n = L.llama_token_to_piece(self.vocab, token, buf, -n, 0, special)
+            out = buf.raw[:n]
+            cache[token] = out
+        return out
+
+    def detokenize(self, tokens: Sequence[int], special: bool = False) -> str:
+        return b"".join(self.piece(t, special) for t in tokens).decode("utf-8", "replace")
+
+    def valid_token(self, token: int) -> bool:
+        return 0 <= token < self.n_vocab
+
+    def is_eog(self, token: int) -> bool:
+        hit = self._eog.get(token)
+        if hit is None:
+            hit = bool(L.llama_vocab_is_eog(self.vocab, token))
+            self._eog[token] = hit
+        return hit
+
+    # -- sampling -----------------------------------------------------------------
+    def new_sampler(self, p: SamplingParams, history: Sequence[int]) -> Any:
+        sp = L.llama_sampler_chain_default_params()
+        sp.no_perf = True
+        chain = L.llama_sampler_chain_init(sp)
+        add = L.llama_sampler_chain_add
+        if p.logit_bias:
+            arr = (L.llama_logit_bias * len(p.logit_bias))()
+            for i, (tok, bias) in enumerate(p.logit_bias):
+                arr[i].token = tok
+                arr[i].bias = bias
+            add(chain, L.llama_sampler_init_logit_bias(self.n_vocab, len(p.logit_bias), arr))
+        penalties = (p.repeat_penalty != 1.0 or p.frequency_penalty != 0.0
+                     or p.presence_penalty != 0.0)
+        if penalties:
+            add(chain, L.llama_sampler_init_penalties(
+                p.penalty_last_n, p.repeat_penalty, p.frequency_penalty, p.presence_penalty))
+        if p.greedy:
+            add(chain, L.llama_sampler_init_greedy())
+        else:
+            if p.top_k > 0:
+                add(chain, L.llama_sampler_init_top_k(p.top_k))
+            if p.top_p < 1.0:
+                add(chain, L.llama_sampler_init_top_p(p.top_p, 1))
+            if p.min_p > 0.0:
+                add(chain, L.llama_sampler_init_min_p(p.min_p, 1))
+            add(chain, L.llama_sampler_init_temp(p.temperature))
+            add(chain, L.llama_sampler_init_dist(p.seed))
+        if penalties:
+            for tok in history[-p.penalty_last_n:] if p.penalty_last_n > 0 else history:
+                L.llama_sampler_accept(chain, tok)
+        return chain
+
+    def free_sampler(self, sampler: Any) -> None:
+        if sampler:
+            L.llama_sampler_free(sampler)
+
+    def sample(self, sampler: Any, batch_index: int) -> int:
+        return int(L.llama_sampler_sample(sampler, self.ctx, batch_index))
+
+    def logprob(self, batch_index: int, token: int, top_n: int) -> TokenLogprob:
+        ptr = L.llama_get_logits_ith(self.ctx, batch_index)
+        logits = np.ctypeslib.as_array(ptr, shape=(self.n_vocab,))
+        peak = float(logits.max())
+        lse = peak + float(np.log(np.exp(logits - peak, dtype=np.float64).sum()))
+        top: tuple[tuple[int, float], ...] = ()
+        if top_n > 0:
+            idx = np.argpartition(-logits, top_n)[:top_n]
+            idx = idx[np.argsort(-logits[idx], kind="stable")]
+            top = tuple((int(i), float(logits[i]) - lse) for i in idx)
+        return TokenLogprob(token, float(logits[token]) - lse, top)
+
+    # -- decoding -----------------------------------------------------------------
+    def decode(self, items: Sequence[BatchItem]) -> tuple[int, list[int]]:
+        """Decode all items in one llama_decode. Returns (status, batch index of each
+        item's last token). Items that want prompt logprobs get logits everywhere."""
+        tok, pos, seq, out = self._tok, self._pos, self._seq, self._out
+        n = 0
+        last: list[int] = []
+        for item in items:
+            k = len(item.tokens)
+            sid = item.request.seq_id
+            if k == 1:
+                tok[n] = item.tokens[0]
+                pos[n] = item.pos
+                seq[n] = sid
+                out[n] = item.logits
+            else:
+                tok[n : n + k] = item.tokens
+                pos[n : n + k] = self._arange[:k] + item.pos
+                seq[n : n + k] = sid
+                out[n : n + k] = item.request.params.prompt_logprobs
+                out[n + k - 1] = item.logits or item.request.params.prompt_logprobs
+            n += k
+            last.append(n - 1)
+        self.batch.n_tokens = n
+        status = int(L.llama_decode(self.ctx, self.batch))
+        return status, last
+
+    def clear_seq(self, seq_id: int) -> None:
+        L.llama_memory_seq_rm(self.mem, seq_id, -1, -1)
