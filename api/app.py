@@ -17,6 +17,7 @@ from api.completions import create_completion
 from api.engine_client import EngineClient
 from api.errors import APIError, api_error_handler, http_error_handler, unhandled_error_handler
 from api.state import ServerState
+from api.tokenize import detokenize, tokenize
 from engine.config import Config
 from engine.core import Engine
 from parsers.chat_template import ChatTemplate, TemplateError
@@ -74,6 +75,8 @@ def build_app(config: Config, engine: Engine) -> Starlette:
         Route("/v1/completions", create_completion, methods=["POST"]),
         Route("/v1/chat/completions", create_chat_completion, methods=["POST"]),
         Route("/v1/models", list_models, methods=["GET"]),
+        Route("/v1/tokenize", tokenize, methods=["POST"]),
+        Route("/v1/detokenize", detokenize, methods=["POST"]),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/health", healthz, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),

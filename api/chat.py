@@ -51,7 +51,7 @@ def _content(message: dict[str, Any], where: str) -> str | None:
     raise invalid(f"{where}.content", "'content' must be a string, a list of parts, or null")
 
 
-def _messages(body: Body) -> list[dict[str, Any]]:
+def parse_messages(body: Body) -> list[dict[str, Any]]:
     raw = body.data.get("messages")
     if not isinstance(raw, list) or not raw:
         raise invalid("messages", "'messages' must be a non-empty list")
@@ -74,7 +74,7 @@ def _messages(body: Body) -> list[dict[str, Any]]:
     return out
 
 
-def _render(runner: Runner, template: ChatTemplate, messages: list[dict[str, Any]],
+def render_prompt(runner: Runner, template: ChatTemplate, messages: list[dict[str, Any]],
             tools: list[Any] | None, extra: dict[str, Any]) -> list[int]:
     text = template.render(messages, tools=tools, add_generation_prompt=True, **extra)
     tokens = runner.tokenize(text, add_special=False, parse_special=True)
@@ -99,7 +99,7 @@ async def create_chat_completion(request: Request) -> Response:
     if state.template is None:
         raise APIError("This model has no chat template; set model.chat_template in the config "
                        "or use /v1/completions", code="no_chat_template")
-    messages = _messages(body)
+    messages = parse_messages(body)
     n = body.integer("n", 1, 1, state.max_n) or 1
     stream = body.boolean("stream", False)
     want_logprobs = body.boolean("logprobs", False)
@@ -123,7 +123,7 @@ async def create_chat_completion(request: Request) -> Response:
                       max_tokens_field="max_completion_tokens",
                       logprobs=(top or 0) if want_logprobs else None)
     try:
-        prompt = await state.client.run(_render, state.runner, state.template, messages,
+        prompt = await state.client.run(render_prompt, state.runner, state.template, messages,
                                         tools or None, extra)
     except TemplateError as exc:
         raise APIError(str(exc), param="messages", code="template_error") from None

@@ -1,0 +1,53 @@
+"""POST /v1/tokenize and /v1/detokenize."""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from api.chat import parse_messages, render_prompt
+from api.errors import APIError, invalid
+from api.params import Body, read_json
+from api.state import ServerState
+from engine.runner import Runner
+
+
+def _tokenize(runner: Runner, text: str, add_special: bool) -> list[int]:
+    return runner.tokenize(text, add_special=add_special, parse_special=True)
+
+
+async def tokenize(request: Request) -> Response:
+    state: ServerState = request.app.state.llama
+    body = Body(await read_json(request, state.max_body_bytes))
+    add_special = body.boolean("add_special", True)
+    with_pieces = body.boolean("with_pieces", False)
+    if body.has("messages"):
+        from api.chat import _messages, render_prompt
+
+        if state.template is None:
+            raise APIError("This model has no chat template", param="messages")
+        tokens = await state.client.run(render_prompt, state.runner, state.template,
+                                        parse_messages(body), None, {})
+    else:
+        prompt = body.string("prompt")
+        if prompt is None:
+            raise invalid("prompt", "'prompt' (a string) or 'messages' is required")
+        tokens = await state.client.run(_tokenize, state.runner, prompt, add_special)
+    out: dict[str, object] = {"tokens": tokens, "count": len(tokens),
+                              "max_model_len": state.runner.n_ctx_seq}
+    if with_pieces:
+        out["pieces"] = [state.runner.piece(t, special=True).decode("utf-8", "replace")
+                         for t in tokens]
+    return JSONResponse(out)
+
+
+async def detokenize(request: Request) -> Response:
+    state: ServerState = request.app.state.llama
+    body = Body(await read_json(request, state.max_body_bytes))
+    tokens = body.data.get("tokens")
+    n_vocab = state.runner.n_vocab
+    if not isinstance(tokens, list) or not all(
+            isinstance(t, int) and not isinstance(t, bool) and 0 <= t < n_vocab for t in tokens):
+        raise invalid("tokens", f"'tokens' must be a list of token ids in [0, {n_vocab})")
+    text = await state.client.run(state.runner.detokenize, tokens, True)
+    return JSONResponse({"prompt": text})

@@ -1,0 +1,134 @@
+"""Shared fixtures: real models from the cache and real servers in subprocesses."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+
+from fetch_models import model_path  # noqa: E402
+
+
+def require_model(name: str) -> str:
+    path = model_path(name)
+    if not path.exists():
+        if os.environ.get("CI"):
+            pytest.fail(f"model {name} missing: run python tests/fetch_models.py")
+        pytest.skip(f"model {name} not fetched (python tests/fetch_models.py {name})")
+    return str(path)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class ServerProcess:
+    proc: subprocess.Popen[bytes]
+    port: int
+    log_path: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def base_url(self) -> str:
+        return f"{self.url}/v1"
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def metrics(self) -> dict[str, float]:
+        from prometheus_client.parser import text_string_to_metric_families
+
+        text = httpx.get(f"{self.url}/metrics", timeout=10).text
+        out: dict[str, float] = {}
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                labels = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
+                out[f"{sample.name}{{{labels}}}" if labels else sample.name] = sample.value
+        return out
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def start_server(config: dict[str, Any], tmp: Path, *, wait: bool = True,
+                 env: dict[str, str] | None = None) -> ServerProcess:
+    cfg_path = tmp / f"config-{time.monotonic_ns()}.json"
+    cfg_path.write_text(json.dumps(config))
+    port = free_port()
+    log_path = tmp / f"server-{port}.log"
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, str(ROOT / "server.py"), "-C", str(cfg_path), "--port", str(port)],
+            stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env={**os.environ, **(env or {})})
+    server = ServerProcess(proc, port, log_path)
+    if wait:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise RuntimeError(f"server exited with {proc.returncode}:\n{server.log()}")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{server.url}/healthz", timeout=2).status_code == 200:
+                    return server
+            time.sleep(0.2)
+        server.stop()
+        raise RuntimeError(f"server did not become healthy:\n{server.log()}")
+    return server
+
+
+def load_config(name: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((ROOT / "configs" / name).read_text())
+    return data
+
+
+def gemma_config(**model: Any) -> dict[str, Any]:
+    cfg = load_config("gemma3-270m.json")
+    cfg["model"].update({"path": require_model("gemma"), "n_ctx": 4096, "n_seq_max": 16,
+                         **model})
+    return cfg
+
+
+def qwen_config(**model: Any) -> dict[str, Any]:
+    cfg = load_config("qwen2.5-coder-0.5b.json")
+    cfg["model"].update({"path": require_model("qwen-0.5b"), "n_ctx": 4096, "n_seq_max": 4,
+                         **model})
+    return cfg
+
+
+@pytest.fixture(scope="session")
+def gemma_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    server = start_server(gemma_config(), tmp_path_factory.mktemp("gemma"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def qwen_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    server = start_server(qwen_config(), tmp_path_factory.mktemp("qwen"))
+    yield server
+    server.stop()

@@ -1,0 +1,109 @@
+"""Scheduler decisions with no model: FIFO admission, chunked prefill, KV pressure."""
+
+from __future__ import annotations
+
+from engine.request import Request, SamplingParams, Status
+from engine.scheduler import Scheduler, StepPlan
+
+
+def req(prompt_len: int, max_new: int = 8) -> Request:
+    return Request(prompt=list(range(1, prompt_len + 1)), params=SamplingParams(),
+                   max_new_tokens=max_new)
+
+
+def run_step(s: Scheduler, plan: StepPlan, sampled: int = 7) -> None:
+    """What the engine does after a successful decode: commit, then sample."""
+    s.commit(plan)
+    for item in plan.items:
+        if item.logits:
+            item.request.output.append(sampled)
+
+
+def test_fifo_admission_limited_by_sequence_ids() -> None:
+    s = Scheduler(n_seq_max=2, n_batch=512, kv_capacity=4096)
+    a, b, c = req(4), req(4), req(4)
+    for r in (a, b, c):
+        s.add(r)
+    plan = s.schedule()
+    assert [i.request for i in plan.items] == [a, b]
+    assert {a.seq_id, b.seq_id} == {0, 1}
+    assert c.status is Status.WAITING and list(s.waiting) == [c]
+
+
+def test_chunked_prefill_respects_the_batch_budget() -> None:
+    s = Scheduler(n_seq_max=4, n_batch=16, kv_capacity=4096)
+    long = req(40)
+    s.add(long)
+    sizes = []
+    while not long.prefill_done:
+        plan = s.schedule()
+        assert plan.num_tokens <= 16
+        sizes.append([(len(i.tokens), i.pos, i.logits) for i in plan.items])
+        run_step(s, plan)
+    assert sizes == [[(16, 0, False)], [(16, 16, False)], [(8, 32, True)]]
+    assert long.output == [7]
+
+
+def test_decode_tokens_come_first_and_prefill_gets_the_rest() -> None:
+    s = Scheduler(n_seq_max=4, n_batch=10, kv_capacity=4096)
+    a = req(3)
+    s.add(a)
+    run_step(s, s.schedule())  # a prefilled, one token sampled
+    b = req(30)
+    s.add(b)
+    plan = s.schedule()
+    assert plan.items[0].request is a and plan.items[0].tokens == [7]
+    assert plan.items[0].pos == 3 and plan.items[0].logits
+    assert plan.items[1].request is b and len(plan.items[1].tokens) == 9
+    assert plan.num_tokens == 10
+
+
+def test_waiting_request_is_not_admitted_until_kv_cells_are_free() -> None:
+    s = Scheduler(n_seq_max=4, n_batch=512, kv_capacity=100)
+    a, b = req(60), req(50)
+    s.add(a)
+    s.add(b)
+    plan = s.schedule()
+    assert [i.request for i in plan.items] == [a]
+    run_step(s, plan)
+    s.remove(a)
+    plan = s.schedule()
+    assert [i.request for i in plan.items] == [b]
+
+
+def test_youngest_generating_sequence_is_preempted_when_kv_is_full() -> None:
+    s = Scheduler(n_seq_max=4, n_batch=512, kv_capacity=21)
+    a, b = req(10), req(9)
+    s.add(a)
+    s.add(b)
+    run_step(s, s.schedule())  # 19 cells used, both generating
+    plan = s.schedule()  # needs 2 more cells, only 2 free: fine
+    assert not plan.preempted
+    run_step(s, plan)  # 21 used
+    plan = s.schedule()
+    assert plan.preempted == [b] and b.finish_reason == "length"
+    assert [i.request for i in plan.items] == [a]
+    assert b.status is Status.FINISHED
+
+
+def test_removed_request_frees_its_sequence_for_the_next_waiting() -> None:
+    s = Scheduler(n_seq_max=1, n_batch=64, kv_capacity=4096)
+    a, b = req(4), req(4)
+    s.add(a)
+    s.add(b)
+    s.schedule()
+    seq = a.seq_id
+    s.remove(a)  # cancelled
+    plan = s.schedule()
+    assert [i.request for i in plan.items] == [b] and b.seq_id == seq
+
+
+def test_cancelling_a_waiting_request() -> None:
+    s = Scheduler(n_seq_max=1, n_batch=64, kv_capacity=4096)
+    a, b = req(4), req(4)
+    s.add(a)
+    s.add(b)
+    s.remove(b)
+    assert list(s.waiting) == [a] and b.status is Status.FINISHED
+    assert [i.request for i in s.schedule().items] == [a]
+    assert not s.waiting
