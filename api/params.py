@@ -14,6 +14,12 @@ from api.errors import APIError, invalid
 from engine.request import SamplingParams
 
 MAX_STOP = 16
+# Sampling defaults for fields a request leaves out follow llama.cpp's (llama-server's):
+# top_k bounds the work per token (a full-vocabulary softmax costs ~2 ms on a 262k vocab).
+DEFAULT_TEMPERATURE = 0.8
+DEFAULT_TOP_K = 40
+DEFAULT_TOP_P = 0.95
+DEFAULT_MIN_P = 0.05
 
 
 async def read_json(request: Request, max_bytes: int) -> dict[str, Any]:
@@ -138,10 +144,10 @@ def sampling(body: Body, *, n_vocab: int, max_tokens_field: str = "max_tokens",
         max_tokens = body.integer("max_tokens", None, 1)
     seed = body.integer("seed", None, -(2**63), 2**64 - 1)
     return SamplingParams(
-        temperature=body.number("temperature", 1.0, 0.0, 2.0),
-        top_p=body.number("top_p", 1.0, 0.0, 1.0),
-        top_k=body.integer("top_k", 0, 0) or 0,
-        min_p=body.number("min_p", 0.0, 0.0, 1.0),
+        temperature=body.number("temperature", DEFAULT_TEMPERATURE, 0.0, 2.0),
+        top_p=body.number("top_p", DEFAULT_TOP_P, 0.0, 1.0),
+        top_k=body.integer("top_k", DEFAULT_TOP_K, 0) or 0,
+        min_p=body.number("min_p", DEFAULT_MIN_P, 0.0, 1.0),
         presence_penalty=body.number("presence_penalty", 0.0, -2.0, 2.0),
         frequency_penalty=body.number("frequency_penalty", 0.0, -2.0, 2.0),
         repeat_penalty=body.number("repeat_penalty", 1.0, 0.0, 10.0),
