@@ -37,6 +37,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     level = config.server.log_level.upper()
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if level != "DEBUG":  # llama.cpp's own info lines only with log_level debug
+        logging.getLogger("llamaserve.runner").setLevel(logging.WARNING)
 
     import uvicorn
 

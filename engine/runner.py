@@ -14,7 +14,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-import llama_cpp as L
+import llama_cpp
 import numpy as np
 
 from engine.config import ModelConfig
@@ -22,6 +22,9 @@ from engine.request import SamplingParams, TokenLogprob
 from engine.scheduler import BatchItem
 
 log = logging.getLogger("llamaserve.runner")
+# The bindings' ctypes annotations are stricter than ctypes itself; this module is the
+# typed boundary, so the C API is used untyped here.
+L: Any = llama_cpp
 
 KV_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8,
             "iq4_nl": 20, "bf16": 30}
@@ -30,20 +33,21 @@ DECODE_NO_KV_SLOT = 1
 _LOG_LEVELS = {1: logging.DEBUG, 2: logging.INFO, 3: logging.WARNING, 4: logging.ERROR}
 
 
-@ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p)
 def _llama_log(level: int, text: bytes | None, _user: Any) -> None:
     py_level = _LOG_LEVELS.get(level, logging.DEBUG)
     if text and log.isEnabledFor(py_level):
         log.log(py_level, text.decode("utf-8", "replace").rstrip())
 
 
+_LOG_CALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p)(
+    _llama_log)
 _backend_ready = False
 
 
 def _init_backend() -> None:
     global _backend_ready
     if not _backend_ready:
-        L.llama_log_set(_llama_log, None)
+        L.llama_log_set(_LOG_CALLBACK, None)
         L.llama_backend_init()
         _backend_ready = True
 
@@ -175,7 +179,8 @@ class Runner:
         return bool(L.llama_vocab_get_add_bos(self.vocab))
 
     # -- tokenizer (thread-safe: reads the vocabulary only) -----------------------
-    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = False) -> list[int]:
+    def tokenize(self, text: str, add_special: bool = True,
+                 parse_special: bool = False) -> list[int]:
         data = text.encode("utf-8")
         cap = len(data) + 16
         buf = (L.llama_token * cap)()
