@@ -267,3 +267,32 @@ def test_models_health_and_metrics(gemma_server: ServerProcess, client: OpenAI) 
     assert m["llamaserve_prompt_tokens_total"] > 0
     assert m["llamaserve_generated_tokens_total"] > 0
     assert m["llamaserve_sequences_total"] == 16
+
+
+def test_full_shared_kv_ends_the_youngest_with_length(tmp_path_factory: pytest.TempPathFactory
+                                                      ) -> None:
+    """Four sequences without max_tokens grow in a 512-cell shared cache: the youngest
+    ones end with "length" when it fills, and every request still completes."""
+    from conftest import gemma_config, start_server
+
+    server = start_server(gemma_config(n_ctx=512, n_seq_max=4, max_output_tokens=4096),
+                          tmp_path_factory.mktemp("kvfull"))
+    try:
+        async def run() -> list[dict[str, object]]:
+            async with httpx.AsyncClient(timeout=300) as http:
+                async def one(i: int) -> dict[str, object]:
+                    r = await http.post(f"{server.base_url}/completions", json={
+                        "prompt": f"Story number {i}:", "ignore_eos": True, "temperature": 0})
+                    assert r.status_code == 200, r.text
+                    return dict(r.json()["usage"]) | {
+                        "finish": r.json()["choices"][0]["finish_reason"]}
+                return await asyncio.gather(*(one(i) for i in range(4)))
+
+        results = asyncio.run(run())
+        assert all(r["finish"] == "length" for r in results)
+        done = sorted(int(str(r["completion_tokens"])) for r in results)
+        assert done[0] < 300  # ended early for lack of KV cells, not failed
+        assert done[-1] > 450  # the oldest survivor ran to (nearly) the end of the context
+        assert server.metrics()["llamaserve_sequences_in_use"] == 0
+    finally:
+        server.stop()
