@@ -80,12 +80,16 @@ async def _one(http: httpx.AsyncClient, url: str, model: str, prompt: str, token
 async def run_level(url: str, model: str, concurrency: int, tokens: int, rounds: int,
                     prompt_words: int = 8) -> LevelResult:
     res = LevelResult(concurrency)
-    limits = httpx.Limits(max_connections=concurrency + 4)
+    # no keep-alive: a server closing an idle connection must not race a new request
+    limits = httpx.Limits(max_connections=concurrency + 4, max_keepalive_connections=0)
     async with httpx.AsyncClient(timeout=600, limits=limits) as http:
         async def client(i: int) -> None:
             for k in range(rounds):
                 prompt = f"Story {i}-{k}: " + " ".join(["once upon a time"] * (prompt_words // 4))
-                await _one(http, url, model, prompt, tokens, res)
+                try:
+                    await _one(http, url, model, prompt, tokens, res)
+                except httpx.HTTPError:
+                    res.errors += 1
 
         # warm-up request (not counted)
         await _one(http, url, model, "warm up", 4, LevelResult(0))
