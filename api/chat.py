@@ -80,7 +80,7 @@ def render_prompt(runner: Runner, template: ChatTemplate, messages: list[dict[st
     tokens = runner.tokenize(text, add_special=False, parse_special=True)
     bos = runner.special_token_text("bos")
     if runner.adds_bos and bos and not text.startswith(bos):
-        tokens = runner.tokenize(bos, add_special=False, parse_special=True) + tokens
+        tokens = [runner.bos_token, *tokens]
     return tokens
 
 

@@ -111,8 +111,18 @@ class Engine:
             self.alive = False
             self.metrics.engine_alive.set(0)
             out = []
-            for r in [*self.scheduler.running, *self.scheduler.waiting]:
-                self._fail(r, EngineError("engine thread died"), out)
+            pending = [*self.scheduler.running, *self.scheduler.waiting]
+            while not self._inbox.empty():
+                item = self._inbox.get_nowait()
+                if isinstance(item, Request):
+                    item.status = Status.FINISHED
+                    pending.append(item)
+            for r in pending:
+                try:
+                    self._fail(r, EngineError("engine thread died"), out)
+                except Exception:  # state may be broken: still tell the waiting client
+                    out.append((r, Delta(index=r.index, error=EngineError("engine thread died"),
+                                         finish_reason="error")))
             self.publish(out)
             return
         self.alive = False

@@ -175,6 +175,10 @@ class Runner:
         return self.piece(token, special=True).decode("utf-8", "replace") if token >= 0 else ""
 
     @property
+    def bos_token(self) -> int:
+        return int(L.llama_vocab_bos(self.vocab))
+
+    @property
     def adds_bos(self) -> bool:
         return bool(L.llama_vocab_get_add_bos(self.vocab))
 

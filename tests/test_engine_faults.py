@@ -29,20 +29,26 @@ def app_client() -> Iterator[tuple[TestClient, Engine]]:
 BODY = {"prompt": "The capital of France is", "max_tokens": 4, "temperature": 0}
 
 
-def test_failing_step_fails_its_requests_and_the_engine_keeps_serving(
-        app_client: tuple[TestClient, Engine], monkeypatch: pytest.MonkeyPatch) -> None:
-    client, engine = app_client
-    good = client.post("/v1/completions", json=BODY).json()["choices"][0]["text"]
+def fail_decode_call(engine: Engine, monkeypatch: pytest.MonkeyPatch, nth: int,
+                     message: str) -> None:
+    """Make the nth llama_decode of the engine raise; the others run for real."""
     real_decode = engine.runner.decode
     calls = {"n": 0}
 
     def flaky(items: Any) -> Any:
         calls["n"] += 1
-        if calls["n"] == 1:
-            raise RuntimeError("injected decode failure")
+        if calls["n"] == nth:
+            raise RuntimeError(message)
         return real_decode(items)
 
     monkeypatch.setattr(engine.runner, "decode", flaky)
+
+
+def test_failing_step_fails_its_requests_and_the_engine_keeps_serving(
+        app_client: tuple[TestClient, Engine], monkeypatch: pytest.MonkeyPatch) -> None:
+    client, engine = app_client
+    good = client.post("/v1/completions", json=BODY).json()["choices"][0]["text"]
+    fail_decode_call(engine, monkeypatch, 1, "injected decode failure")
     r = client.post("/v1/completions", json=BODY)
     assert r.status_code == 500
     err = r.json()["error"]
@@ -57,16 +63,7 @@ def test_failing_step_fails_its_requests_and_the_engine_keeps_serving(
 def test_failure_mid_stream_ends_the_stream_with_an_error_event(
         app_client: tuple[TestClient, Engine], monkeypatch: pytest.MonkeyPatch) -> None:
     client, engine = app_client
-    real_decode = engine.runner.decode
-    calls = {"n": 0}
-
-    def flaky(items: Any) -> Any:
-        calls["n"] += 1
-        if calls["n"] == 3:
-            raise RuntimeError("boom mid-stream")
-        return real_decode(items)
-
-    monkeypatch.setattr(engine.runner, "decode", flaky)
+    fail_decode_call(engine, monkeypatch, 3, "boom mid-stream")
     with client.stream("POST", "/v1/completions", json={**BODY, "stream": True,
                                                          "max_tokens": 20}) as r:
         lines = [line for line in r.iter_lines() if line.startswith("data:")]
