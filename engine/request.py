@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import enum
 import itertools
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,9 +69,6 @@ class EngineError(Exception):
 
 
 _ids = itertools.count(1)
-
-# Called on the engine thread with every Delta of one step, in order.
-Sink = Callable[[list[tuple["Request", Delta]]], None]
 
 
 @dataclass(eq=False)
