@@ -5,7 +5,7 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from api.chat import parse_messages
+from api.chat import parse_messages, render_prompt
 from api.errors import APIError, invalid
 from api.params import Body, read_json
 from api.state import ServerState
@@ -22,8 +22,6 @@ async def tokenize(request: Request) -> Response:
     add_special = body.boolean("add_special", True)
     with_pieces = body.boolean("with_pieces", False)
     if body.has("messages"):
-        from api.chat import render_prompt
-
         if state.template is None:
             raise APIError("This model has no chat template", param="messages")
         tokens = await state.client.run(render_prompt, state.runner, state.template,
