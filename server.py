@@ -50,8 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         path = resolve(config.model)
         runner = Runner(path, config.model)
-        app = build_app(config, Engine(runner, config.model))
-    except (ModelSourceError, ModelLoadError, ValueError) as exc:
+        app = build_app(config, Engine(runner, config.model, disk_cache=config.disk_cache))
+    except (ModelSourceError, ModelLoadError, ValueError, OSError) as exc:
         print(f"llamaserve: cannot start: {exc}", file=sys.stderr)
         return 1
     uvicorn.run(app, host=args.host or config.server.host, port=args.port or config.server.port,

@@ -58,6 +58,7 @@ class ModelConfig:
     threads: int = field(default_factory=lambda: os.cpu_count() or 4)
     threads_batch: int | None = None
     kv_unified: bool = True
+    swa_full: bool = False
     embedding: bool | None = None
     pooling_type: int | None = None
     store_logits: bool = False

@@ -16,9 +16,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from engine.config import ModelConfig
+from engine.config import DiskCacheConfig, ModelConfig
 from engine.detokenizer import IncrementalDetokenizer
+from engine.disk_cache import DiskCache, compat_key
 from engine.metrics import EngineMetrics
+from engine.prefix_cache import PrefixCache
 from engine.request import Delta, EngineError, Request, Status, TokenLogprob
 from engine.runner import DECODE_NO_KV_SLOT, Runner
 from engine.scheduler import BatchItem, Scheduler, StepPlan
@@ -38,11 +40,17 @@ class _Cancel:
 
 
 class Engine:
-    def __init__(self, runner: Runner, cfg: ModelConfig, metrics: EngineMetrics | None = None):
+    def __init__(self, runner: Runner, cfg: ModelConfig, metrics: EngineMetrics | None = None,
+                 disk_cache: DiskCacheConfig | None = None):
         self.runner = runner
         self.cfg = cfg
         self.metrics = metrics or EngineMetrics()
-        self.scheduler = Scheduler(runner.n_seq_max, runner.n_batch, runner.n_ctx)
+        self.disk = None if disk_cache is None else DiskCache(
+            disk_cache, compat_key(runner.model_path, runner.state_layout()), self.metrics)
+        self.cache = PrefixCache(runner.n_seq_max, runner, capacity=runner.n_ctx,
+                                 unified=runner.unified, n_swa=runner.n_swa, disk=self.disk,
+                                 metrics=self.metrics)
+        self.scheduler = Scheduler(self.cache, runner.n_batch)
         self.publish: Publish = lambda batch: None
         self._inbox: queue.SimpleQueue[Request | _Cancel | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
@@ -66,6 +74,8 @@ class Engine:
         self._inbox.put(None)
         if self._thread is not None:
             self._thread.join(timeout)
+        if self.disk is not None:
+            self.disk.close(timeout)
 
     def max_new_tokens(self, prompt_len: int, max_tokens: int | None) -> int:
         """Admission check for one sequence; raises ContextLengthExceeded."""
@@ -151,24 +161,24 @@ class Engine:
         started = time.perf_counter()
         plan = self.scheduler.schedule()
         for r in plan.preempted:
-            self.runner.clear_seq(r.seq_id)
             self._finish(r, "length", out)
-        if not plan.items:
-            return
-        try:
-            self._execute(plan, out)
-        except Exception as exc:
-            log.exception("engine step failed; failing %d request(s)", len(plan.items))
-            self.metrics.step_failures.inc()
-            for item in plan.items:
-                self._fail(item.request, EngineError(f"{type(exc).__name__}: {exc}"), out)
-        self.metrics.step_seconds.observe(time.perf_counter() - started)
+        if plan.items:
+            try:
+                self._execute(plan, out)
+            except Exception as exc:
+                log.exception("engine step failed; failing %d request(s)", len(plan.items))
+                self.metrics.step_failures.inc()
+                for item in plan.items:
+                    self._fail(item.request, EngineError(f"{type(exc).__name__}: {exc}"), out)
+            self.metrics.step_seconds.observe(time.perf_counter() - started)
+        self.metrics.kv_cells_used.set(self.cache.cells_used())
 
     def _execute(self, plan: StepPlan, out: list[tuple[Request, Delta]]) -> None:
         status, last_index = self.runner.decode(plan.items)
         if status == DECODE_NO_KV_SLOT:
             victim = max((i.request for i in plan.items), key=lambda r: r.id)
             log.warning("KV cache full; ending the youngest sequence (request %d)", victim.id)
+            self.scheduler.remove(victim, keep_kv=False)
             self._finish(victim, "length", out)
             return
         if status != 0:
@@ -179,6 +189,8 @@ class Engine:
             r = item.request
             if item.pos < len(r.prompt):
                 prompt_tokens += len(item.tokens)
+                if r.num_computed == len(r.prompt):
+                    self.cache.prefill_done(r)
             if r.params.prompt_logprobs and not r.output:
                 self._prompt_logprobs(item, index)
             if item.logits and r.status is Status.RUNNING:
@@ -203,7 +215,7 @@ class Engine:
         r.output.append(token)
         self.metrics.generated_tokens.inc()
         delta = Delta(index=r.index, token_ids=[token], completion_tokens=len(r.output),
-                      prompt_tokens=len(r.prompt))
+                      prompt_tokens=len(r.prompt), cached_tokens=r.cached_tokens)
         if len(r.output) == 1 and r.params.prompt_logprobs:
             delta.prompt_logprobs = r.prompt_logprobs
         if r.params.logprobs is not None:
@@ -226,19 +238,16 @@ class Engine:
             out.append((r, delta))
 
     def _finish(self, r: Request, reason: str, out: list[tuple[Request, Delta]],
-                delta: Delta | None = None) -> None:
-        was_running = r.status is Status.RUNNING
+                delta: Delta | None = None, keep_kv: bool = True) -> None:
         if r.status is not Status.FINISHED:
-            self.scheduler.remove(r)
-        if was_running:
-            self.runner.clear_seq(r.seq_id)
+            self.scheduler.remove(r, keep_kv)
         self.runner.free_sampler(r.sampler)
         r.sampler = None
         r.finish_reason = reason
         self.metrics.finished.labels(reason).inc()
         if delta is None:
             delta = Delta(index=r.index, prompt_tokens=len(r.prompt),
-                          completion_tokens=len(r.output))
+                          completion_tokens=len(r.output), cached_tokens=r.cached_tokens)
             if r.detok is not None and reason == "length":
                 delta.text = r.detok.flush()
         delta.finish_reason = reason
@@ -247,4 +256,4 @@ class Engine:
     def _fail(self, r: Request, error: EngineError, out: list[tuple[Request, Delta]]) -> None:
         delta = Delta(index=r.index, error=error, prompt_tokens=len(r.prompt),
                       completion_tokens=len(r.output))
-        self._finish(r, "error", out, delta)
+        self._finish(r, "error", out, delta, keep_kv=False)

@@ -24,7 +24,37 @@ class EngineMetrics:
             "llamaserve_sequences_total", "llama.cpp sequence ids available (n_seq_max).",
             registry=r)
         self.prompt_tokens = Counter(
-            "llamaserve_prompt_tokens", "Prompt tokens evaluated by llama_decode.", registry=r)
+            "llamaserve_prompt_tokens",
+            "Prompt tokens evaluated by llama_decode (not reused from a cache).", registry=r)
+        self.prompt_tokens_cached = Counter(
+            "llamaserve_prompt_tokens_cached",
+            "Prompt tokens reused from the prefix cache instead of evaluated, by source.",
+            ["source"], registry=r)
+        self.kv_cells_used = Gauge(
+            "llamaserve_kv_cells_used",
+            "KV cells held by running and cached sequences (shared cells count once).",
+            registry=r)
+        self.disk_hits = Counter(
+            "llamaserve_disk_cache_hits", "Sequence states loaded from the disk cache.",
+            registry=r)
+        self.disk_saves = Counter(
+            "llamaserve_disk_cache_saves", "Sequence states written to the disk cache.",
+            registry=r)
+        self.disk_dropped = Counter(
+            "llamaserve_disk_cache_dropped",
+            "Saves skipped because the entry exceeds max_bytes or the writer is behind.",
+            registry=r)
+        self.disk_evictions = Counter(
+            "llamaserve_disk_cache_evictions", "Entries deleted to stay under max_bytes.",
+            registry=r)
+        self.disk_rejected = Counter(
+            "llamaserve_disk_cache_rejected",
+            "Files deleted as incompatible (other model/build/layout) or corrupt.",
+            ["reason"], registry=r)
+        self.disk_entries = Gauge(
+            "llamaserve_disk_cache_entries", "Entries in the disk cache.", registry=r)
+        self.disk_bytes = Gauge(
+            "llamaserve_disk_cache_bytes", "Bytes used by the disk cache.", registry=r)
         self.generated_tokens = Counter(
             "llamaserve_generated_tokens", "Tokens generated.", registry=r)
         self.finished = Counter(

@@ -84,6 +84,7 @@ class Request:
     status: Status = Status.WAITING
     seq_id: int = -1
     num_computed: int = 0  # tokens of prompt + output already in the KV cache
+    cached_tokens: int = 0  # prompt tokens reused from the prefix cache, not evaluated
     output: list[int] = field(default_factory=list)
     cancelled: bool = False
     finish_reason: str | None = None

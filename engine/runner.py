@@ -64,6 +64,8 @@ class Runner:
     def __init__(self, model_path: str, cfg: ModelConfig) -> None:
         _init_backend()
         self._keep: list[Any] = []  # ctypes objects llama.cpp points into
+        self.model_path = model_path
+        self.cfg = cfg
         self.model = self._load_model(model_path, cfg)
         self.vocab = L.llama_model_get_vocab(self.model)
         self.n_vocab = int(L.llama_vocab_n_tokens(self.vocab))
@@ -73,6 +75,9 @@ class Runner:
         self.n_ctx_seq = int(L.llama_n_ctx_seq(self.ctx))
         self.n_seq_max = int(L.llama_n_seq_max(self.ctx))
         self.n_batch = int(L.llama_n_batch(self.ctx))
+        self.unified = cfg.kv_unified or self.n_seq_max == 1
+        # sliding-window attention keeps only the last window unless swa_full
+        self.n_swa = 0 if cfg.swa_full else int(L.llama_model_n_swa(self.model))
         self._pieces: tuple[dict[int, bytes], dict[int, bytes]] = ({}, {})
         self._eog: dict[int, bool] = {}
         self._init_batch()
@@ -112,6 +117,7 @@ class Runner:
         cp.n_threads = cfg.threads
         cp.n_threads_batch = cfg.n_threads_batch
         cp.kv_unified = cfg.kv_unified
+        cp.swa_full = cfg.swa_full
         cp.no_perf = True
         if cfg.embedding is not None:
             cp.embeddings = cfg.embedding
@@ -300,5 +306,40 @@ class Runner:
         status = int(L.llama_decode(self.ctx, self.batch))
         return status, last
 
-    def clear_seq(self, seq_id: int) -> None:
-        L.llama_memory_seq_rm(self.mem, seq_id, -1, -1)
+    # -- sequences (engine.prefix_cache.KvOps) ----------------------------------------
+    def seq_clear(self, seq: int) -> None:
+        L.llama_memory_seq_rm(self.mem, seq, -1, -1)
+
+    def seq_trim(self, seq: int, keep: int) -> bool:
+        return bool(L.llama_memory_seq_rm(self.mem, seq, keep, -1))
+
+    def seq_copy(self, src: int, dst: int, n: int) -> bool:
+        if self.unified:  # cells are shared, nothing is copied
+            L.llama_memory_seq_cp(self.mem, src, dst, 0, n)
+            return True
+        # one stream per sequence: llama.cpp copies whole streams only
+        L.llama_memory_seq_cp(self.mem, src, dst, -1, -1)
+        return self.seq_trim(dst, n)
+
+    def seq_pos_min(self, seq: int) -> int:
+        return int(L.llama_memory_seq_pos_min(self.mem, seq))
+
+    def state_get(self, seq: int) -> bytearray:
+        size = int(L.llama_state_seq_get_size(self.ctx, seq))
+        data = bytearray(size)
+        n = int(L.llama_state_seq_get_data(
+            self.ctx, (ctypes.c_uint8 * size).from_buffer(data), size, seq))
+        del data[n:]
+        return data
+
+    def state_set(self, seq: int, data: bytearray) -> bool:
+        buf = (ctypes.c_uint8 * len(data)).from_buffer(data)
+        return int(L.llama_state_seq_set_data(self.ctx, buf, len(data), seq)) > 0
+
+    def state_layout(self) -> dict[str, Any]:
+        """What a saved sequence state depends on besides the model file (for the disk
+        cache's compatibility key)."""
+        c = self.cfg
+        return {"llama_cpp": library_version(), "type_k": c.type_k, "type_v": c.type_v,
+                "n_ctx": self.n_ctx, "n_ctx_seq": self.n_ctx_seq, "kv_unified": c.kv_unified,
+                "swa_full": c.swa_full, "flash_attn": c.flash_attn, "loras": []}

@@ -5,6 +5,8 @@ prefills, within ``n_batch`` tokens. Running sequences that are generating
 always get their one token first (streams never stall behind a long prompt);
 the rest of the budget goes to chunked prefill, oldest first, then to waiting
 requests admitted in FIFO order while sequence ids and KV cells are free.
+Which sequence a request gets, and how much of its prompt is already computed
+there, is the prefix cache's decision (``engine.prefix_cache``).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
+from engine.prefix_cache import PrefixCache
 from engine.request import Request, Status
 
 
@@ -34,23 +37,24 @@ class StepPlan:
 
 
 class Scheduler:
-    def __init__(self, n_seq_max: int, n_batch: int, kv_capacity: int) -> None:
+    def __init__(self, cache: PrefixCache, n_batch: int) -> None:
+        self.cache = cache
         self.n_batch = n_batch
-        self.kv_capacity = kv_capacity
+        self.kv_capacity = cache.capacity
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
-        self._free_seqs: list[int] = list(range(n_seq_max - 1, -1, -1))
 
     # -- queue management -------------------------------------------------
     def add(self, request: Request) -> None:
         request.status = Status.WAITING
         self.waiting.append(request)
 
-    def remove(self, request: Request) -> None:
-        """Take a request out (finished, cancelled or failed); its seq id is free again."""
+    def remove(self, request: Request, keep_kv: bool = True) -> None:
+        """Take a request out (finished, cancelled or failed); its sequence is free again
+        and keeps its KV as cache unless ``keep_kv`` is False."""
         if request.status is Status.RUNNING:
             self.running.remove(request)
-            self._free_seqs.append(request.seq_id)
+            self.cache.release(request, keep_kv)
         elif request.status is Status.WAITING:
             self.waiting.remove(request)
         request.status = Status.FINISHED
@@ -62,9 +66,6 @@ class Scheduler:
     @property
     def seqs_in_use(self) -> int:
         return len(self.running)
-
-    def kv_used(self) -> int:
-        return sum(r.num_computed for r in self.running)
 
     # -- planning -----------------------------------------------------------
     def schedule(self) -> StepPlan:
@@ -79,13 +80,11 @@ class Scheduler:
                 break
             if not r.prefill_done:
                 budget -= self._add_prefill(plan, r, budget)
-        while budget > 0 and self.waiting and self._free_seqs:
+        while budget > 0 and self.waiting:
             head = self.waiting[0]
-            reserved = self.kv_used() + self._pending_prefill() + len(self.running)
-            if reserved + len(head.prompt) + 1 > self.kv_capacity:
-                break  # wait until running sequences free KV cells
+            if not self.cache.admit(head, self._pending_prefill() + len(self.running)):
+                break  # no free sequence or KV cells yet (or its prefix is being computed)
             self.waiting.popleft()
-            head.seq_id = self._free_seqs.pop()
             head.status = Status.RUNNING
             self.running.append(head)
             budget -= self._add_prefill(plan, head, budget)
@@ -101,17 +100,18 @@ class Scheduler:
         return sum(len(r.prompt) - r.num_computed for r in self.running if not r.prefill_done)
 
     def _preempt(self) -> list[Request]:
-        """End the youngest generating sequences while the KV cache cannot grow by one
-        cell for every generating sequence. The caller clears their KV and reports
-        them finished with reason "length"."""
+        """While the KV cache cannot grow by one cell for every generating sequence, drop
+        cached sequences (least recently used first), then end the youngest generating
+        sequences; the caller reports them finished with reason "length"."""
         ended: list[Request] = []
         decoding = [r for r in self.running if r.prefill_done]
-        used = self.kv_used() + self._pending_prefill()
-        while decoding and used + len(decoding) > self.kv_capacity:
+        while decoding and (self.cache.cells_used() + self._pending_prefill() + len(decoding)
+                            > self.kv_capacity):
+            if self.cache.evict_lru():
+                continue
             youngest = max(decoding, key=lambda r: r.id)
             decoding.remove(youngest)
-            used -= youngest.num_computed
-            self.remove(youngest)
+            self.remove(youngest, keep_kv=False)
             youngest.finish_reason = "length"
             ended.append(youngest)
         return ended
@@ -121,3 +121,4 @@ class Scheduler:
         """Account for a successful decode of the plan: its tokens are in the KV cache."""
         for item in plan.items:
             item.request.num_computed += len(item.tokens)
+            self.cache.committed(item.request, item.tokens)

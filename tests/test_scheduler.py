@@ -2,17 +2,33 @@
 
 from __future__ import annotations
 
+import itertools
+
+from engine.prefix_cache import PrefixCache
 from engine.request import Request, SamplingParams, Status
 from engine.scheduler import Scheduler, StepPlan
+from fake_kv import FakeKv
+
+_offsets = itertools.count(1000, 1000)
+
+
+def Sched(n_seq_max: int, n_batch: int, kv_capacity: int) -> Scheduler:
+    return Scheduler(PrefixCache(n_seq_max, FakeKv(), capacity=kv_capacity), n_batch)
 
 
 def req(prompt_len: int, max_new: int = 8) -> Request:
-    return Request(prompt=list(range(1, prompt_len + 1)), params=SamplingParams(),
+    """A request whose prompt shares nothing with any other request's."""
+    start = next(_offsets)
+    return Request(prompt=list(range(start, start + prompt_len)), params=SamplingParams(),
                    max_new_tokens=max_new)
 
 
 def run_step(s: Scheduler, plan: StepPlan, sampled: int = 7) -> None:
     """What the engine does after a successful decode: commit, then sample."""
+    kv = s.cache.kv
+    assert isinstance(kv, FakeKv)
+    for item in plan.items:
+        kv.decode(item.request.seq_id, len(item.tokens))
     s.commit(plan)
     for item in plan.items:
         if item.logits:
@@ -20,7 +36,7 @@ def run_step(s: Scheduler, plan: StepPlan, sampled: int = 7) -> None:
 
 
 def test_fifo_admission_limited_by_sequence_ids() -> None:
-    s = Scheduler(n_seq_max=2, n_batch=512, kv_capacity=4096)
+    s = Sched(n_seq_max=2, n_batch=512, kv_capacity=4096)
     a, b, c = req(4), req(4), req(4)
     for r in (a, b, c):
         s.add(r)
@@ -31,7 +47,7 @@ def test_fifo_admission_limited_by_sequence_ids() -> None:
 
 
 def test_chunked_prefill_respects_the_batch_budget() -> None:
-    s = Scheduler(n_seq_max=4, n_batch=16, kv_capacity=4096)
+    s = Sched(n_seq_max=4, n_batch=16, kv_capacity=4096)
     long = req(40)
     s.add(long)
     sizes = []
@@ -45,7 +61,7 @@ def test_chunked_prefill_respects_the_batch_budget() -> None:
 
 
 def test_decode_tokens_come_first_and_prefill_gets_the_rest() -> None:
-    s = Scheduler(n_seq_max=4, n_batch=10, kv_capacity=4096)
+    s = Sched(n_seq_max=4, n_batch=10, kv_capacity=4096)
     a = req(3)
     s.add(a)
     run_step(s, s.schedule())  # a prefilled, one token sampled
@@ -59,7 +75,7 @@ def test_decode_tokens_come_first_and_prefill_gets_the_rest() -> None:
 
 
 def test_waiting_request_is_not_admitted_until_kv_cells_are_free() -> None:
-    s = Scheduler(n_seq_max=4, n_batch=512, kv_capacity=100)
+    s = Sched(n_seq_max=4, n_batch=512, kv_capacity=100)
     a, b = req(60), req(50)
     s.add(a)
     s.add(b)
@@ -72,7 +88,7 @@ def test_waiting_request_is_not_admitted_until_kv_cells_are_free() -> None:
 
 
 def test_youngest_generating_sequence_is_preempted_when_kv_is_full() -> None:
-    s = Scheduler(n_seq_max=4, n_batch=512, kv_capacity=21)
+    s = Sched(n_seq_max=4, n_batch=512, kv_capacity=21)
     a, b = req(10), req(9)
     s.add(a)
     s.add(b)
@@ -87,7 +103,7 @@ def test_youngest_generating_sequence_is_preempted_when_kv_is_full() -> None:
 
 
 def test_removed_request_frees_its_sequence_for_the_next_waiting() -> None:
-    s = Scheduler(n_seq_max=1, n_batch=64, kv_capacity=4096)
+    s = Sched(n_seq_max=1, n_batch=64, kv_capacity=4096)
     a, b = req(4), req(4)
     s.add(a)
     s.add(b)
@@ -99,7 +115,7 @@ def test_removed_request_frees_its_sequence_for_the_next_waiting() -> None:
 
 
 def test_cancelling_a_waiting_request() -> None:
-    s = Scheduler(n_seq_max=1, n_batch=64, kv_capacity=4096)
+    s = Sched(n_seq_max=1, n_batch=64, kv_capacity=4096)
     a, b = req(4), req(4)
     s.add(a)
     s.add(b)

@@ -1,0 +1,315 @@
+"""Sequence states on disk, so a long shared prefix survives restarts and evictions.
+
+One file per entry: the token ids and the ``llama_state_seq_get_data`` bytes of a
+sequence that held exactly those tokens, behind a header with a compatibility
+key and a CRC. The engine thread serializes the state (a memory copy) and hands
+it to a background writer that writes a temporary file and renames it into
+place, so a crash mid-write never leaves a half file under a real name. Entries
+are indexed in a radix tree; a lookup returns only stored token sequences that
+are a true prefix of the request. Files from another model, llama.cpp build or
+KV layout, and corrupt files, are deleted and counted. Total size stays under
+``max_bytes``, least recently used first (use is recorded in the file's mtime,
+so the order survives restarts).
+
+File layout: ``b"LLSC"``, u32 format version, u32 header length, JSON header
+``{key, n_tokens, state_bytes, crc32}``, int32 tokens, state bytes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import queue
+import struct
+import threading
+import time
+import zlib
+from array import array
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from engine.config import DiskCacheConfig
+from engine.metrics import EngineMetrics
+from engine.prefix_tree import PrefixTree
+
+log = logging.getLogger("llamaserve.disk_cache")
+
+MAGIC = b"LLSC"
+FORMAT_VERSION = 1
+SUFFIX = ".lsc"
+_PREAMBLE = struct.Struct("<4sII")
+_MAX_HEADER = 1 << 16
+_SAMPLE = 1 << 16
+
+
+def model_fingerprint(path: str) -> dict[str, Any]:
+    """Size plus a SHA-256 over the GGUF header region, the tail and 64 evenly spaced
+    64 KiB samples: changes with any re-quantization or different weights, yet costs a
+    few MB of reading instead of hashing a multi-GB file at every start."""
+    size = os.path.getsize(path)
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        h.update(f.read(8 << 20))
+        for i in range(64):
+            f.seek(size * i // 64)
+            h.update(f.read(_SAMPLE))
+        f.seek(max(0, size - (1 << 20)))
+        h.update(f.read())
+    return {"size": size, "sampled_sha256": h.hexdigest()}
+
+
+def compat_key(model_path: str, layout: dict[str, Any]) -> str:
+    """Everything a saved sequence state depends on, hashed: the model file, the
+    llama.cpp build, the KV layout settings and the loaded adapters (``layout``)."""
+    fields = {"format": FORMAT_VERSION, "model": model_fingerprint(model_path), **layout}
+    return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
+
+
+def _tokens_bytes(tokens: list[int]) -> bytes:
+    arr = array("i", tokens)
+    if arr.itemsize != 4:  # pragma: no cover - every supported platform has 32-bit int
+        raise RuntimeError("array('i') is not 32-bit here")
+    return arr.tobytes()
+
+
+@dataclass
+class _Entry:
+    name: str
+    n_tokens: int
+    size: int
+    last_used: float
+
+
+class _Corrupt(Exception):
+    pass
+
+
+class DiskCache:
+    def __init__(self, cfg: DiskCacheConfig, key: str, metrics: EngineMetrics | None = None,
+                 max_pending_bytes: int = 512 << 20) -> None:
+        self.dir = Path(cfg.path)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.max_bytes = cfg.max_bytes
+        self.min_tokens = cfg.min_tokens
+        self.key = key
+        self.metrics = metrics or EngineMetrics()
+        self._max_pending = max_pending_bytes
+        self._pending = 0
+        self._lock = threading.Lock()
+        self._tree: PrefixTree[str] = PrefixTree()
+        self._entries: dict[str, _Entry] = {}
+        self._queued: PrefixTree[str] = PrefixTree()  # saves not written yet
+        self._queue: queue.Queue[tuple[str, list[int], bytearray] | None] = queue.Queue()
+        self._scan()
+        self._writer = threading.Thread(target=self._write_loop, name="llamaserve-disk-cache",
+                                        daemon=True)
+        self._writer.start()
+
+    # -- index ------------------------------------------------------------------------
+    def _scan(self) -> None:
+        for path in self.dir.iterdir():
+            if path.name.startswith(".tmp-"):
+                path.unlink(missing_ok=True)  # a write that never finished
+            elif path.suffix == SUFFIX:
+                try:
+                    with open(path, "rb") as f:
+                        header = self._read_header(f, path)
+                        if header is None:
+                            continue
+                        n = header["n_tokens"]
+                        tokens = array("i")
+                        tokens.frombytes(f.read(4 * n))
+                    self._add(path.name, tokens.tolist(), path.stat().st_size,
+                              path.stat().st_mtime)
+                except (OSError, _Corrupt, ValueError, KeyError, TypeError) as exc:
+                    self._reject(path, "corrupt", exc)
+        self._evict()
+        log.info("disk cache %s: %d entries, %d bytes", self.dir, len(self._entries),
+                 self.total_bytes)
+
+    def _read_header(self, f: Any, path: Path) -> dict[str, Any] | None:
+        """Parse and check the header; None (file deleted) when it belongs to another
+        model / build / layout. Raises _Corrupt when it cannot be what we wrote."""
+        pre = f.read(_PREAMBLE.size)
+        if len(pre) != _PREAMBLE.size:
+            raise _Corrupt("short preamble")
+        magic, version, header_len = _PREAMBLE.unpack(pre)
+        if magic != MAGIC or header_len > _MAX_HEADER:
+            raise _Corrupt("bad magic")
+        header: dict[str, Any] = json.loads(f.read(header_len))
+        if version != FORMAT_VERSION or header.get("key") != self.key:
+            self._reject(path, "incompatible", None)
+            return None
+        expected = _PREAMBLE.size + header_len + 4 * header["n_tokens"] + header["state_bytes"]
+        if os.fstat(f.fileno()).st_size != expected:
+            raise _Corrupt("truncated")
+        return header
+
+    def _add(self, name: str, tokens: list[int], size: int, last_used: float) -> None:
+        self._tree.insert(name, tokens)
+        self._entries[name] = _Entry(name, len(tokens), size, last_used)
+        self._update_gauges()
+
+    def _drop(self, name: str) -> None:
+        self._tree.remove(name)
+        self._entries.pop(name, None)
+        (self.dir / name).unlink(missing_ok=True)
+        self._update_gauges()
+
+    def _reject(self, path: Path, reason: str, exc: Exception | None) -> None:
+        log.warning("disk cache: deleting %s file %s%s", reason, path.name,
+                    f" ({exc})" if exc else "")
+        self.metrics.disk_rejected.labels(reason).inc()
+        with self._lock:
+            self._tree.remove(path.name)
+            self._entries.pop(path.name, None)
+            self._update_gauges()
+        path.unlink(missing_ok=True)
+
+    def discard(self, name: str, reason: str) -> None:
+        self._reject(self.dir / name, reason, None)
+
+    def _evict(self) -> None:
+        with self._lock:
+            while self.total_bytes > self.max_bytes and self._entries:
+                oldest = min(self._entries.values(), key=lambda e: e.last_used)
+                self._drop(oldest.name)
+                self.metrics.disk_evictions.inc()
+
+    def _update_gauges(self) -> None:
+        self.metrics.disk_entries.set(len(self._entries))
+        self.metrics.disk_bytes.set(self.total_bytes)
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(e.size for e in self._entries.values())
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    # -- lookups (engine thread) ------------------------------------------------------------
+    def lookup(self, tokens: list[int]) -> list[tuple[int, str]]:
+        """Stored entries that are a true prefix of ``tokens``: (length, name), longest first."""
+        with self._lock:
+            return [(n, name) for n, name in self._tree.stored_prefixes(tokens) if n > 0]
+
+    def wants(self, tokens: list[int]) -> bool:
+        """Worth saving: long enough, and at least ``min_tokens`` past any stored prefix."""
+        if len(tokens) < self.min_tokens:
+            return False
+        with self._lock:
+            longest = max((n for n, _ in [*self._tree.stored_prefixes(tokens),
+                                          *self._queued.stored_prefixes(tokens)]), default=0)
+        return len(tokens) - longest >= self.min_tokens
+
+    def read(self, name: str, tokens: list[int]) -> bytearray | None:
+        """The state bytes of entry ``name`` (which must hold ``tokens``), or None when the
+        file is gone or damaged (then it is deleted and counted)."""
+        path = self.dir / name
+        try:
+            with open(path, "rb") as f:
+                header = self._read_header(f, path)
+                if header is None:
+                    return None
+                body = bytearray(4 * header["n_tokens"] + header["state_bytes"])
+                if f.readinto(body) != len(body):
+                    raise _Corrupt("truncated")
+            if zlib.crc32(body) != header["crc32"]:
+                raise _Corrupt("checksum mismatch")
+            split = 4 * header["n_tokens"]
+            if bytes(body[:split]) != _tokens_bytes(tokens):
+                raise _Corrupt("tokens differ from the index")
+        except FileNotFoundError:
+            with self._lock:
+                self._tree.remove(name)
+                self._entries.pop(name, None)
+            return None
+        except (OSError, _Corrupt, ValueError, KeyError, TypeError) as exc:
+            self._reject(path, "corrupt", exc)
+            return None
+        now = time.time()
+        with self._lock:
+            entry = self._entries.get(name)
+            if entry is not None:
+                entry.last_used = now
+        with contextlib.suppress(OSError):
+            os.utime(path, (now, now))
+        del body[:split]
+        return body
+
+    def hit(self) -> None:
+        self.metrics.disk_hits.inc()
+
+    # -- writing (background thread) --------------------------------------------------------
+    def put(self, tokens: list[int], state: bytearray) -> None:
+        """Queue a save; dropped (and counted) when the writer is too far behind."""
+        size = len(state) + 4 * len(tokens) + 1024
+        with self._lock:
+            if size > self.max_bytes or self._pending + size > self._max_pending:
+                self.metrics.disk_dropped.inc()
+                return
+            self._pending += size
+            name = self._name(tokens)
+            self._queued.insert(name, tokens)
+        self._queue.put((name, list(tokens), state))
+
+    def _write_loop(self) -> None:
+        while True:
+            job = self._queue.get()
+            try:
+                if job is None:
+                    return
+                name, tokens, state = job
+                try:
+                    self._write(name, tokens, state)
+                finally:
+                    with self._lock:
+                        self._pending -= len(state) + 4 * len(tokens) + 1024
+                        self._queued.remove(name)
+            except Exception:
+                log.exception("disk cache write failed")
+            finally:
+                self._queue.task_done()
+
+    def _name(self, tokens: list[int]) -> str:
+        return hashlib.sha256(self.key.encode() + _tokens_bytes(tokens)).hexdigest()[:40] + SUFFIX
+
+    def _write(self, name: str, tokens: list[int], state: bytearray) -> None:
+        tok = _tokens_bytes(tokens)
+        header = json.dumps({"key": self.key, "n_tokens": len(tokens),
+                             "state_bytes": len(state),
+                             "crc32": zlib.crc32(state, zlib.crc32(tok))}).encode()
+        tmp = self.dir / f".tmp-{name}-{os.getpid()}-{threading.get_ident()}"
+        try:
+            with open(tmp, "wb") as f:
+                f.write(_PREAMBLE.pack(MAGIC, FORMAT_VERSION, len(header)))
+                f.write(header)
+                f.write(tok)
+                f.write(state)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.dir / name)
+        finally:
+            tmp.unlink(missing_ok=True)
+        with self._lock:
+            self._add(name, tokens, (self.dir / name).stat().st_size, time.time())
+        self.metrics.disk_saves.inc()
+        self._evict()
+
+    def flush(self, timeout: float = 30.0) -> bool:
+        """Wait until queued saves are on disk."""
+        deadline = time.monotonic() + timeout
+        while self._queue.unfinished_tasks:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.01)
+        return True
+
+    def close(self, timeout: float = 30.0) -> None:
+        self.flush(timeout)
+        self._queue.put(None)
+        self._writer.join(timeout)

@@ -1,0 +1,261 @@
+"""Which llama.cpp sequence a request runs in, and how much of its prompt is already there.
+
+Every sequence id is a slot. A slot owned by a running request is busy; a free
+slot keeps its KV (prompt and generated tokens) until the space is needed,
+least recently used first, so a follow-up turn seconds later still hits. A
+radix tree indexes what each slot holds (a busy slot by its prompt), and a new
+request reuses the longest common prefix of any slot:
+
+- a free slot that shares most of its content is reused in place (its tail is
+  removed with ``seq_rm``);
+- otherwise the prefix is copied (``seq_cp``) into the least recently used free
+  slot, also while the source is still busy; when the source is still
+  prefilling the shared part, the request waits for it instead of recomputing it;
+- on a miss in memory, the longest stored prefix on disk is loaded.
+
+At least one prompt token is always evaluated, so there are logits to sample.
+The module is pure Python: llama.cpp is reached through ``KvOps``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+from engine.kv_ledger import KvLedger
+from engine.prefix_tree import PrefixTree
+from engine.request import Request
+
+if TYPE_CHECKING:
+    from engine.disk_cache import DiskCache
+    from engine.metrics import EngineMetrics
+
+log = logging.getLogger("llamaserve.prefix_cache")
+
+WAIT_FOR_SOURCE_MIN = 64  # wait for a busy slot's prefill when it would save this many tokens
+DISK_MIN_GAIN = 16  # load from disk only when it beats memory by this many tokens
+
+
+class KvOps(Protocol):
+    """The KV operations the cache needs (implemented by ``engine.runner.Runner``)."""
+
+    def seq_trim(self, seq: int, keep: int) -> bool: ...  # drop positions >= keep
+    def seq_copy(self, src: int, dst: int, n: int) -> bool: ...  # dst := first n of src
+    def seq_clear(self, seq: int) -> None: ...
+    def seq_pos_min(self, seq: int) -> int: ...
+    def state_get(self, seq: int) -> bytearray: ...
+    def state_set(self, seq: int, data: bytearray) -> bool: ...
+
+
+@dataclass(eq=False)
+class Slot:
+    seq_id: int
+    tokens: list[int] = field(default_factory=list)  # what this sequence's KV holds
+    owner: Request | None = None
+    last_used: int = 0
+
+
+@dataclass(frozen=True)
+class _Match:
+    slot: Slot | None = None
+    usable: int = 0  # tokens that can be reused now
+    wait: bool = False  # a busy slot is still computing a longer shared prefix
+
+
+class PrefixCache:
+    def __init__(self, n_seq: int, kv: KvOps, *, capacity: int, unified: bool = True,
+                 n_swa: int = 0, disk: DiskCache | None = None,
+                 metrics: EngineMetrics | None = None) -> None:
+        self.slots = [Slot(i) for i in range(n_seq)]
+        self.kv = kv
+        self.capacity = capacity
+        self.unified = unified
+        self.n_swa = n_swa
+        self.disk = disk
+        self.metrics = metrics
+        self.tree: PrefixTree[int] = PrefixTree()
+        self.ledger = KvLedger()
+        self._clock = itertools.count(1)
+
+    # -- accounting -------------------------------------------------------------
+    def cells_used(self) -> int:
+        if self.unified:
+            return self.ledger.cells()
+        # one stream per sequence: a free slot's cache does not take others' cells
+        return self.ledger.cells([s.seq_id for s in self.slots if s.owner is not None])
+
+    def free_slots(self) -> list[Slot]:
+        return [s for s in self.slots if s.owner is None]
+
+    def evict_lru(self, keep: tuple[Slot, ...] = ()) -> bool:
+        """Drop the least recently used free slot's KV; False when that frees nothing."""
+        if not self.unified:
+            return False
+        cached = [s for s in self.free_slots() if s.tokens and s not in keep]
+        if not cached:
+            return False
+        self._evict(min(cached, key=lambda s: s.last_used))
+        return True
+
+    def _evict(self, slot: Slot) -> None:
+        self.kv.seq_clear(slot.seq_id)
+        self.ledger.clear(slot.seq_id)
+        self.tree.remove(slot.seq_id)
+        slot.tokens = []
+
+    def _room(self, need: int, reserved: int, keep: tuple[Slot, ...]) -> bool:
+        while self.cells_used() + reserved + need > self.capacity:
+            if not self.evict_lru(keep):
+                return False
+        return True
+
+    # -- admission --------------------------------------------------------------
+    def admit(self, r: Request, reserved: int) -> bool:
+        """Give ``r`` a slot holding as much of its prompt as possible, if there is a free
+        slot and room for the rest of the prompt plus one generated token. ``reserved`` is
+        what running sequences still need. On False, ``r`` stays waiting."""
+        if not self.free_slots():
+            return False
+        match = _Match() if r.params.prompt_logprobs else self._match(r.prompt)
+        if match.wait:
+            return False
+        placed = self._from_disk(r, match.usable, reserved, keep=(match.slot,) if match.slot
+                                 else ())
+        if placed is None:
+            placed = self._from_memory(r, match)
+        slot, reused, source = placed
+        if not self._room(len(r.prompt) - reused + 1, reserved, keep=(slot,)):
+            self.release_slot(slot, keep=True)  # it holds the prefix for the next attempt
+            return False
+        slot.owner = r
+        slot.last_used = next(self._clock)
+        self.tree.insert(slot.seq_id, r.prompt)
+        r.seq_id = slot.seq_id
+        r.num_computed = reused
+        r.cached_tokens = reused
+        if self.metrics is not None and reused:
+            self.metrics.prompt_tokens_cached.labels(source).inc(reused)
+        return True
+
+    def _match(self, prompt: list[int]) -> _Match:
+        limit = len(prompt) - 1  # at least one token is evaluated
+        best = _Match()
+        longest_pending = 0
+        for seq, common in self.tree.common_prefixes(prompt).items():
+            if common <= 0:
+                continue
+            slot = self.slots[seq]
+            usable = self._usable(slot, min(common, limit, len(slot.tokens)))
+            if slot.owner is not None and common > len(slot.tokens):
+                longest_pending = max(longest_pending, min(common, limit))
+            better = usable > best.usable or (
+                usable == best.usable and best.slot is not None
+                and best.slot.owner is not None and slot.owner is None)
+            if usable > 0 and better:
+                best = _Match(slot, usable)
+        if longest_pending - best.usable >= WAIT_FOR_SOURCE_MIN:
+            return _Match(wait=True)
+        return best
+
+    def _usable(self, slot: Slot, n: int) -> int:
+        """With sliding-window attention the cache keeps only the last window of a long
+        sequence; continuing at ``n`` needs the window before ``n``."""
+        if n <= 0 or self.n_swa <= 0:
+            return max(n, 0)
+        pos_min = self.kv.seq_pos_min(slot.seq_id)
+        return n if 0 <= pos_min <= max(0, n - self.n_swa) else 0
+
+    def _victim(self, keep: tuple[Slot, ...] = ()) -> Slot:
+        free = [s for s in self.free_slots() if s not in keep] or self.free_slots()
+        return min(free, key=lambda s: (bool(s.tokens), s.last_used))
+
+    def _from_memory(self, r: Request, m: _Match) -> tuple[Slot, int, str]:
+        src, n = m.slot, m.usable
+        if src is None or n == 0:
+            dst = self._victim()
+            self._evict(dst)
+            return dst, 0, ""
+        in_place = src.owner is None and (2 * n >= len(src.tokens) or len(self.free_slots()) == 1)
+        diverges = n < len(src.tokens)
+        if in_place:
+            dst = src
+            if n < len(dst.tokens) and not self.kv.seq_trim(dst.seq_id, n):
+                self._evict(dst)  # llama.cpp cannot cut this memory (recurrent state)
+                return dst, 0, ""
+            self.ledger.truncate(dst.seq_id, n)
+            self.tree.remove(dst.seq_id)
+        else:
+            dst = self._victim(keep=(src,))
+            self._evict(dst)
+            if not self.kv.seq_copy(src.seq_id, dst.seq_id, n):
+                self._evict(dst)
+                return dst, 0, ""
+            self.ledger.copy(src.seq_id, dst.seq_id, n)
+        dst.tokens = r.prompt[:n]
+        if diverges and (in_place or self.unified):
+            self._save(dst)  # a prefix two prompts share is worth keeping across restarts
+        return dst, n, "memory"
+
+    def _from_disk(self, r: Request, in_memory: int, reserved: int,
+                   keep: tuple[Slot, ...]) -> tuple[Slot, int, str] | None:
+        if self.disk is None or r.params.prompt_logprobs:
+            return None
+        for length, name in self.disk.lookup(r.prompt):
+            if length < in_memory + DISK_MIN_GAIN:
+                return None
+            if not self._room(length + 1, reserved, keep):
+                return None
+            data = self.disk.read(name, r.prompt[:length])
+            if data is None:
+                continue
+            dst = self._victim(keep)
+            self._evict(dst)
+            if not self.kv.state_set(dst.seq_id, data):
+                log.warning("llama.cpp rejected disk cache entry %s", name)
+                self.disk.discard(name, "corrupt")
+                self._evict(dst)
+                continue
+            self.ledger.append(dst.seq_id, length)
+            dst.tokens = r.prompt[:length]
+            n = min(length, len(r.prompt) - 1)
+            if n < length:  # the whole prompt was stored: evaluate its last token again
+                if not self.kv.seq_trim(dst.seq_id, n):
+                    self._evict(dst)
+                    return None
+                self.ledger.truncate(dst.seq_id, n)
+                dst.tokens = dst.tokens[:n]
+            self.disk.hit()
+            return dst, n, "disk"
+        return None
+
+    # -- progress and release -----------------------------------------------------
+    def committed(self, r: Request, tokens: list[int]) -> None:
+        slot = self.slots[r.seq_id]
+        slot.tokens.extend(tokens)
+        self.ledger.append(r.seq_id, len(tokens))
+
+    def prefill_done(self, r: Request) -> None:
+        """The sequence holds exactly the prompt: save it to disk if that is worth it."""
+        self._save(self.slots[r.seq_id])
+
+    def _save(self, slot: Slot) -> None:
+        if self.disk is not None and self.disk.wants(slot.tokens):
+            try:
+                self.disk.put(slot.tokens, self.kv.state_get(slot.seq_id))
+            except Exception:  # a failed save costs a future cache hit, nothing else
+                log.exception("could not serialize sequence %d for the disk cache", slot.seq_id)
+
+    def release(self, r: Request, keep: bool) -> None:
+        """The request is done with its slot; keep its KV for later requests unless told not
+        to (its content is unknown after a failed step, or the cells are needed now)."""
+        self.release_slot(self.slots[r.seq_id], keep)
+
+    def release_slot(self, slot: Slot, keep: bool) -> None:
+        slot.owner = None
+        slot.last_used = next(self._clock)
+        if keep and slot.tokens:
+            self.tree.insert(slot.seq_id, slot.tokens)
+        else:
+            self._evict(slot)
