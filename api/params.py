@@ -158,4 +158,5 @@ def sampling(body: Body, *, n_vocab: int, max_tokens_field: str = "max_tokens",
         logprobs=logprobs,
         prompt_logprobs=prompt_logprobs,
         ignore_eos=body.boolean("ignore_eos", False),
+        cache_prompt=body.boolean("cache_prompt", True),
     )

@@ -118,11 +118,14 @@ class PrefixCache:
         what running sequences still need. On False, ``r`` stays waiting."""
         if not self.free_slots():
             return False
-        match = _Match() if r.params.prompt_logprobs else self._match(r.prompt)
+        reuse = r.params.cache_prompt and not r.params.prompt_logprobs  # those need every logit
+        match = self._match(r.prompt) if reuse else _Match()
         if match.wait:
             return False
-        placed = self._from_disk(r, match.usable, reserved, keep=(match.slot,) if match.slot
-                                 else ())
+        placed = None
+        if reuse:
+            placed = self._from_disk(r, match.usable, reserved,
+                                     keep=(match.slot,) if match.slot else ())
         if placed is None:
             placed = self._from_memory(r, match)
         slot, reused, source = placed
@@ -200,7 +203,7 @@ class PrefixCache:
 
     def _from_disk(self, r: Request, in_memory: int, reserved: int,
                    keep: tuple[Slot, ...]) -> tuple[Slot, int, str] | None:
-        if self.disk is None or r.params.prompt_logprobs:
+        if self.disk is None:
             return None
         for length, name in self.disk.lookup(r.prompt):
             if length < in_memory + DISK_MIN_GAIN:

@@ -29,6 +29,7 @@ class SamplingParams:
     logprobs: int | None = None  # None: off; k >= 0: chosen token plus k alternatives
     prompt_logprobs: bool = False  # logprobs of the prompt tokens too (completions echo)
     ignore_eos: bool = False
+    cache_prompt: bool = True  # reuse a cached prefix (llama-server's per-request switch)
 
     @property
     def greedy(self) -> bool:
