@@ -24,6 +24,7 @@ import logging
 import os
 import queue
 import struct
+import sys
 import threading
 import time
 import zlib
@@ -258,6 +259,9 @@ class DiskCache:
         self._queue.put((name, list(tokens), state))
 
     def _write_loop(self) -> None:
+        if sys.platform == "linux":  # per-thread nice: copying into the page cache yields to
+            with contextlib.suppress(OSError):  # the decode threads on a busy CPU
+                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
         while True:
             job = self._queue.get()
             try:
