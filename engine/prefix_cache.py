@@ -119,13 +119,20 @@ class PrefixCache:
         if not self.free_slots():
             return False
         reuse = r.params.cache_prompt and not r.params.prompt_logprobs  # those need every logit
-        match = self._match(r.prompt) if reuse else _Match()
-        if match.wait:
+        match = self._match(r.prompt)
+        if match.wait and reuse:
             return False
         placed = None
         if reuse:
             placed = self._from_disk(r, match.usable, reserved,
                                      keep=(match.slot,) if match.slot else ())
+        if placed is None and not reuse:
+            # evaluate everything, but in the slot holding the most similar content, so the
+            # KV does not fill with a second copy of it (every cell in use costs attention)
+            slot = match.slot if match.slot is not None and match.slot.owner is None \
+                else self._victim()
+            self._evict(slot)
+            placed = slot, 0, ""
         if placed is None:
             placed = self._from_memory(r, match)
         slot, reused, source = placed
