@@ -36,6 +36,9 @@ log = logging.getLogger("llamaserve.prefix_cache")
 
 WAIT_FOR_SOURCE_MIN = 64  # wait for a busy slot's prefill when it would save this many tokens
 DISK_MIN_GAIN = 16  # load from disk only when it beats memory by this many tokens
+# Cached sequences shorter than this are reclaimed before an empty sequence id is used: they
+# are cheap to recompute, and every cell in use widens attention for all sequences.
+SHORT_CACHE = 256
 
 
 class KvOps(Protocol):
@@ -178,8 +181,11 @@ class PrefixCache:
         return n if 0 <= pos_min <= max(0, n - self.n_swa) else 0
 
     def _victim(self, keep: tuple[Slot, ...] = ()) -> Slot:
+        """The free slot to clear: short cached content first, then an empty slot, then the
+        least recently used long content."""
         free = [s for s in self.free_slots() if s not in keep] or self.free_slots()
-        return min(free, key=lambda s: (bool(s.tokens), s.last_used))
+        return min(free, key=lambda s: (len(s.tokens) >= SHORT_CACHE, not s.tokens,
+                                        s.last_used))
 
     def _from_memory(self, r: Request, m: _Match) -> tuple[Slot, int, str]:
         src, n = m.slot, m.usable
@@ -187,7 +193,8 @@ class PrefixCache:
             dst = self._victim()
             self._evict(dst)
             return dst, 0, ""
-        in_place = src.owner is None and (2 * n >= len(src.tokens) or len(self.free_slots()) == 1)
+        in_place = src.owner is None and (2 * n >= len(src.tokens) or len(src.tokens) < SHORT_CACHE
+                                          or len(self.free_slots()) == 1)
         diverges = n < len(src.tokens)
         if in_place:
             dst = src
