@@ -203,3 +203,14 @@ def test_corrupt_state_rejected_by_llama_cpp_is_deleted(tmp_path: Path) -> None:
     assert c.cached_tokens == 0 and len(disk) == 0
     assert disk.metrics.disk_rejected.labels("corrupt")._value.get() == 1
     disk.close()
+
+
+def test_short_cached_sequences_are_reclaimed_before_empty_ones() -> None:
+    s, kv = make(n_seq=4)
+    short = req(list(range(5000, 5100)))
+    run_to_end(s, kv, short)
+    other = req(list(range(7000, 7100)))  # unrelated: reuses the short slot, not an empty one
+    s.add(other)
+    step(s, kv)
+    assert other.seq_id == short.seq_id
+    assert sum(1 for slot in s.cache.slots if slot.tokens) == 1
