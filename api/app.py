@@ -14,6 +14,7 @@ from starlette.routing import Route
 
 from api.chat import create_chat_completion
 from api.completions import create_completion
+from api.embeddings import create_embedding
 from api.engine_client import EngineClient
 from api.errors import APIError, api_error_handler, http_error_handler, unhandled_error_handler
 from api.state import ServerState
@@ -73,6 +74,7 @@ def build_app(config: Config, engine: Engine) -> Starlette:
 
     routes = [
         Route("/v1/completions", create_completion, methods=["POST"]),
+        Route("/v1/embeddings", create_embedding, methods=["POST"]),
         Route("/v1/chat/completions", create_chat_completion, methods=["POST"]),
         Route("/v1/models", list_models, methods=["GET"]),
         Route("/v1/tokenize", tokenize, methods=["POST"]),

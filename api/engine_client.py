@@ -14,9 +14,12 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
+import numpy as np
+
 from api.errors import APIError
 from api.params import choice_seed
 from engine.core import ContextLengthExceeded, Engine
+from engine.embedding import EmbedJob
 from engine.request import Delta, EngineError, Request, SamplingParams, Status
 
 T = TypeVar("T")
@@ -94,6 +97,36 @@ class EngineClient:
                 self.engine.cancel(r)
             raise APIError(str(exc), status=503, code="engine_unavailable") from None
         return Generation(self.engine, requests, queue)
+
+
+    async def embed(self, inputs: list[list[int]]) -> np.ndarray:
+        """Pooled vectors for every input (packed into batches with other requests)."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[np.ndarray] = loop.create_future()
+
+        def settle(vectors: np.ndarray | None, error: EngineError | None) -> None:
+            if future.done():
+                return
+            if error is not None:
+                future.set_exception(APIError(f"Embedding failed: {error}", status=500,
+                                              code="engine_error"))
+            else:
+                assert vectors is not None
+                future.set_result(vectors)
+
+        def done(vectors: np.ndarray | None, error: EngineError | None) -> None:
+            if not loop.is_closed():
+                loop.call_soon_threadsafe(settle, vectors, error)
+
+        job = EmbedJob(inputs, done)
+        try:
+            self.engine.submit_embed(job)
+        except EngineError as exc:
+            raise APIError(str(exc), status=503, code="engine_unavailable") from None
+        try:
+            return await future
+        finally:
+            job.cancelled = True  # a client that left: later batches skip it
 
 
 def _dispatch(batch: list[tuple[Request, Delta]]) -> None:

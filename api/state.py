@@ -7,6 +7,7 @@ import uuid
 from dataclasses import dataclass, field
 
 from api.engine_client import EngineClient
+from api.errors import APIError
 from engine.config import Config
 from engine.runner import Runner
 from parsers.chat_template import ChatTemplate
@@ -23,6 +24,12 @@ class ServerState:
     @property
     def runner(self) -> Runner:
         return self.client.engine.runner
+
+    def require_generative(self) -> None:
+        """An embedding-only model cannot complete text: a 400 for chat/completions."""
+        if self.runner.embedding_only:
+            raise APIError(f"{self.model_name} is an embedding model: it serves /v1/embeddings, "
+                           "not text generation", param="model", code="model_not_generative")
 
     @property
     def max_body_bytes(self) -> int:

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from engine.config import DiskCacheConfig, ModelConfig
 from engine.detokenizer import IncrementalDetokenizer
 from engine.disk_cache import DiskCache, compat_key
+from engine.embedding import EmbedItem, EmbedJob, EmbedQueue
+from engine.embedding_runner import EmbeddingRunner
 from engine.metrics import EngineMetrics
 from engine.prefix_cache import PrefixCache
 from engine.request import Delta, EngineError, Request, Status, TokenLogprob
@@ -51,8 +53,12 @@ class Engine:
                                  unified=runner.unified, n_swa=runner.n_swa, disk=self.disk,
                                  metrics=self.metrics)
         self.scheduler = Scheduler(self.cache, runner.n_batch)
+        self.embedder = EmbeddingRunner(runner, cfg) if (
+            runner.embedding_only or cfg.embedding) else None
+        self.embeds = EmbedQueue(self.embedder.n_batch if self.embedder else 0,
+                                 self.embedder.n_seq_max if self.embedder else 0)
         self.publish: Publish = lambda batch: None
-        self._inbox: queue.SimpleQueue[Request | _Cancel | None] = queue.SimpleQueue()
+        self._inbox: queue.SimpleQueue[Request | EmbedJob | _Cancel | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._stopping = False
         self.alive = False
@@ -76,6 +82,8 @@ class Engine:
             self._thread.join(timeout)
         if self.disk is not None:
             self.disk.close(timeout)
+        if self.embedder is not None:
+            self.embedder.close()
 
     def max_new_tokens(self, prompt_len: int, max_tokens: int | None) -> int:
         """Admission check for one sequence; raises ContextLengthExceeded."""
@@ -100,6 +108,11 @@ class Engine:
             raise EngineError(f"engine is not running: {self.failure or 'stopped'}")
         self._inbox.put(request)
 
+    def submit_embed(self, job: EmbedJob) -> None:
+        if not self.alive:
+            raise EngineError(f"engine is not running: {self.failure or 'stopped'}")
+        self._inbox.put(job)
+
     def cancel(self, request: Request) -> None:
         if request.status is not Status.FINISHED and not request.cancelled:
             request.cancelled = True
@@ -110,7 +123,9 @@ class Engine:
         try:
             while not self._stopping:
                 out: list[tuple[Request, Delta]] = []
-                self._drain_inbox(out, block=not self.scheduler.has_work)
+                self._drain_inbox(out, block=not (self.scheduler.has_work or self.embeds))
+                if self.embeds and not self._stopping:
+                    self._embed_step()  # one batch, then generation gets its step
                 if self.scheduler.has_work and not self._stopping:
                     self._step(out)
                 if out:
@@ -122,11 +137,16 @@ class Engine:
             self.metrics.engine_alive.set(0)
             out = []
             pending = [*self.scheduler.running, *self.scheduler.waiting]
+            jobs = list(self.embeds.jobs)
             while not self._inbox.empty():
                 item = self._inbox.get_nowait()
                 if isinstance(item, Request):
                     item.status = Status.FINISHED
                     pending.append(item)
+                elif isinstance(item, EmbedJob):
+                    jobs.append(item)
+            for job in jobs:
+                job.done(None, EngineError("engine thread died"))
             for r in pending:
                 try:
                     self._fail(r, EngineError("engine thread died"), out)
@@ -144,7 +164,9 @@ class Engine:
         except queue.Empty:
             return
         while True:
-            if isinstance(item, Request):
+            if isinstance(item, EmbedJob):
+                self.embeds.add(item)
+            elif isinstance(item, Request):
                 if item.cancelled:
                     item.status = Status.FINISHED
                     self._finish(item, "cancelled", out)
@@ -172,6 +194,26 @@ class Engine:
                     self._fail(item.request, EngineError(f"{type(exc).__name__}: {exc}"), out)
             self.metrics.step_seconds.observe(time.perf_counter() - started)
         self.metrics.kv_cells_used.set(self.cache.cells_used())
+
+    def _embed_step(self) -> None:
+        assert self.embedder is not None
+        items: list[EmbedItem] = self.embeds.next_batch()
+        if not items:
+            return
+        started = time.perf_counter()
+        try:
+            vectors = self.embedder.embed([i.tokens for i in items])
+        except Exception as exc:
+            log.exception("embedding batch failed; failing its request(s)")
+            self.metrics.step_failures.inc()
+            for job in self.embeds.fail(items):
+                job.done(None, EngineError(f"{type(exc).__name__}: {exc}"))
+            return
+        self.metrics.embed_inputs.inc(len(items))
+        self.metrics.embed_tokens.inc(sum(len(i.tokens) for i in items))
+        self.metrics.embed_batch_seconds.observe(time.perf_counter() - started)
+        for job in self.embeds.complete(items, vectors):
+            job.done(job.vectors, None)
 
     def _execute(self, plan: StepPlan, out: list[tuple[Request, Delta]]) -> None:
         status, last_index = self.runner.decode(plan.items)

@@ -55,6 +55,13 @@ class EngineMetrics:
             "llamaserve_disk_cache_entries", "Entries in the disk cache.", registry=r)
         self.disk_bytes = Gauge(
             "llamaserve_disk_cache_bytes", "Bytes used by the disk cache.", registry=r)
+        self.embed_inputs = Counter(
+            "llamaserve_embedding_inputs", "Inputs embedded.", registry=r)
+        self.embed_tokens = Counter(
+            "llamaserve_embedding_tokens", "Tokens evaluated for embeddings.", registry=r)
+        self.embed_batch_seconds = Histogram(
+            "llamaserve_embedding_batch_seconds", "Wall time of one embedding batch.",
+            buckets=(0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5), registry=r)
         self.generated_tokens = Counter(
             "llamaserve_generated_tokens", "Tokens generated.", registry=r)
         self.finished = Counter(

@@ -60,6 +60,30 @@ class ModelLoadError(RuntimeError):
     pass
 
 
+class NumpyBatch:
+    """A ``llama_batch`` whose arrays are numpy buffers: filling it is slice assignment,
+    not a Python loop over ctypes fields. One sequence id per token."""
+
+    def __init__(self, n: int) -> None:
+        self.tok = np.zeros(n, dtype=np.int32)
+        self.pos = np.zeros(n, dtype=np.int32)
+        self.nseq = np.ones(n, dtype=np.int32)
+        self.seq = np.zeros(n, dtype=np.int32)
+        self.out = np.zeros(n, dtype=np.int8)
+        self.arange = np.arange(n, dtype=np.int32)
+        i32p = ctypes.POINTER(ctypes.c_int32)
+        base = self.seq.ctypes.data
+        self._seq_ptrs = (i32p * n)(*[ctypes.cast(base + 4 * i, i32p) for i in range(n)])
+        batch = L.llama_batch()
+        batch.token = self.tok.ctypes.data_as(i32p)
+        batch.embd = ctypes.POINTER(ctypes.c_float)()
+        batch.pos = self.pos.ctypes.data_as(i32p)
+        batch.n_seq_id = self.nseq.ctypes.data_as(i32p)
+        batch.seq_id = self._seq_ptrs
+        batch.logits = self.out.ctypes.data_as(ctypes.POINTER(ctypes.c_int8))
+        self.batch = batch
+
+
 class Runner:
     def __init__(self, model_path: str, cfg: ModelConfig) -> None:
         _init_backend()
@@ -69,7 +93,8 @@ class Runner:
         self.model = self._load_model(model_path, cfg)
         self.vocab = L.llama_model_get_vocab(self.model)
         self.n_vocab = int(L.llama_vocab_n_tokens(self.vocab))
-        self.ctx = self._new_context(cfg)
+        self.embedding_only = self._embedding_model(cfg)
+        self.ctx = self.new_context(cfg, embeddings=self.embedding_only)
         self.mem = L.llama_get_memory(self.ctx)
         self.n_ctx = int(L.llama_n_ctx(self.ctx))
         self.n_ctx_seq = int(L.llama_n_ctx_seq(self.ctx))
@@ -80,7 +105,7 @@ class Runner:
         self.n_swa = 0 if cfg.swa_full else int(L.llama_model_n_swa(self.model))
         self._pieces: tuple[dict[int, bytes], dict[int, bytes]] = ({}, {})
         self._eog: dict[int, bool] = {}
-        self._init_batch()
+        self._batch = NumpyBatch(self.n_batch)
 
     # -- loading --------------------------------------------------------------
     def _load_model(self, path: str, cfg: ModelConfig) -> Any:
@@ -108,20 +133,32 @@ class Runner:
             raise ModelLoadError(f"llama.cpp could not load the model file {path}")
         return model
 
-    def _new_context(self, cfg: ModelConfig) -> Any:
+    def _embedding_model(self, cfg: ModelConfig) -> bool:
+        """An embedding-only model: bidirectional attention (BERT and kin) or a pooling type
+        in the GGUF, unless the config says ``embedding: false``."""
+        if cfg.embedding is False:
+            return False
+        arch = self.meta("general.architecture") or ""
+        causal = self.meta(f"{arch}.attention.causal")
+        pooling = self.meta(f"{arch}.pooling_type")
+        return causal == "false" or pooling not in (None, "0", "-1")
+
+    def new_context(self, cfg: ModelConfig, *, embeddings: bool = False, n_ctx: int | None = None,
+                    n_seq_max: int | None = None) -> Any:
+        """A context on the loaded model. Embedding contexts evaluate a whole batch in one
+        micro-batch (bidirectional attention needs each sequence in one piece)."""
         cp = L.llama_context_default_params()
-        cp.n_ctx = cfg.n_ctx
-        cp.n_batch = cfg.n_batch
-        cp.n_ubatch = min(cfg.n_ubatch, cfg.n_batch)
-        cp.n_seq_max = cfg.n_seq_max
+        cp.n_ctx = n_ctx or cfg.n_ctx
+        cp.n_batch = min(cfg.n_batch, cp.n_ctx)
+        cp.n_ubatch = cp.n_batch if embeddings else min(cfg.n_ubatch, cfg.n_batch)
+        cp.n_seq_max = n_seq_max or cfg.n_seq_max
         cp.n_threads = cfg.threads
         cp.n_threads_batch = cfg.n_threads_batch
         cp.kv_unified = cfg.kv_unified
         cp.swa_full = cfg.swa_full
         cp.no_perf = True
-        if cfg.embedding is not None:
-            cp.embeddings = cfg.embedding
-        if cfg.pooling_type is not None:
+        cp.embeddings = embeddings
+        if embeddings and cfg.pooling_type is not None:
             cp.pooling_type = cfg.pooling_type
         if cfg.flash_attn is not None:
             cp.flash_attn_type = {True: 1, False: 0, "auto": -1}[cfg.flash_attn]
@@ -137,26 +174,6 @@ class Runner:
         if not ctx:
             raise ModelLoadError("llama.cpp could not create a context with these settings")
         return ctx
-
-    def _init_batch(self) -> None:
-        n = self.n_batch
-        self._tok = np.zeros(n, dtype=np.int32)
-        self._pos = np.zeros(n, dtype=np.int32)
-        self._nseq = np.ones(n, dtype=np.int32)
-        self._seq = np.zeros(n, dtype=np.int32)
-        self._out = np.zeros(n, dtype=np.int8)
-        self._arange = np.arange(n, dtype=np.int32)
-        i32p = ctypes.POINTER(ctypes.c_int32)
-        base = self._seq.ctypes.data
-        self._seq_ptrs = (i32p * n)(*[ctypes.cast(base + 4 * i, i32p) for i in range(n)])
-        batch = L.llama_batch()
-        batch.token = self._tok.ctypes.data_as(i32p)
-        batch.embd = ctypes.POINTER(ctypes.c_float)()
-        batch.pos = self._pos.ctypes.data_as(i32p)
-        batch.n_seq_id = self._nseq.ctypes.data_as(i32p)
-        batch.seq_id = self._seq_ptrs
-        batch.logits = self._out.ctypes.data_as(ctypes.POINTER(ctypes.c_int8))
-        self.batch = batch
 
     def close(self) -> None:
         if self.ctx:
@@ -283,7 +300,8 @@ class Runner:
     def decode(self, items: Sequence[BatchItem]) -> tuple[int, list[int]]:
         """Decode all items in one llama_decode. Returns (status, batch index of each
         item's last token). Items that want prompt logprobs get logits everywhere."""
-        tok, pos, seq, out = self._tok, self._pos, self._seq, self._out
+        b = self._batch
+        tok, pos, seq, out = b.tok, b.pos, b.seq, b.out
         n = 0
         last: list[int] = []
         for item in items:
@@ -296,14 +314,14 @@ class Runner:
                 out[n] = item.logits
             else:
                 tok[n : n + k] = item.tokens
-                pos[n : n + k] = self._arange[:k] + item.pos
+                pos[n : n + k] = b.arange[:k] + item.pos
                 seq[n : n + k] = sid
                 out[n : n + k] = item.request.params.prompt_logprobs
                 out[n + k - 1] = item.logits or item.request.params.prompt_logprobs
             n += k
             last.append(n - 1)
-        self.batch.n_tokens = n
-        status = int(L.llama_decode(self.ctx, self.batch))
+        b.batch.n_tokens = n
+        status = int(L.llama_decode(self.ctx, b.batch))
         return status, last
 
     # -- sequences (engine.prefix_cache.KvOps) ----------------------------------------

