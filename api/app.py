@@ -22,6 +22,31 @@ from api.tokenize import detokenize, tokenize
 from engine.config import Config
 from engine.core import Engine
 from parsers.chat_template import ChatTemplate, TemplateError
+from parsers.response_schema import SchemaError, StreamLayout, stream_layout
+
+
+def load_layout(config: Config) -> StreamLayout:
+    schema = config.model.response_schema
+    if not schema:
+        return StreamLayout()  # everything the model writes is content
+    try:
+        return stream_layout(schema)
+    except SchemaError as exc:
+        raise ValueError(f"model.response_schema: {exc}") from exc
+
+
+def marker_tokens(engine: Engine, layout: StreamLayout) -> frozenset[int]:
+    """Control tokens whose text a marker needs (rendered for the parser; other control
+    tokens, such as end-of-turn, never reach the text)."""
+    runner = engine.runner
+    ids = set()
+    for marker in (layout.reasoning_start, layout.reasoning_end, layout.call_start,
+                   layout.call_end):
+        if marker:
+            for token in runner.tokenize(marker, add_special=False, parse_special=True):
+                if not runner.piece(token) and runner.piece(token, special=True):
+                    ids.add(token)
+    return frozenset(ids)
 
 
 async def list_models(request: Request) -> Response:
@@ -62,7 +87,8 @@ def load_template(config: Config, engine: Engine) -> ChatTemplate | None:
 def build_app(config: Config, engine: Engine) -> Starlette:
     client = EngineClient(engine, workers=config.server.prepare_workers)
     state = ServerState(config=config, client=client, model_name=config.model.served_name(),
-                        template=load_template(config, engine))
+                        template=load_template(config, engine), layout=load_layout(config))
+    engine.render_special = marker_tokens(engine, state.layout)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

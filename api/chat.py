@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from api.errors import APIError, invalid
+from api.messages import parse_messages, render
 from api.params import Body, read_json, sampling
 from api.state import ServerState, new_id
 from api.streaming import (
@@ -22,66 +25,35 @@ from api.streaming import (
     unless_disconnected,
     usage,
 )
-from engine.request import TokenLogprob
+from api.tools import OutputRules, build_grammar, parse_rules
+from engine.grammar import GrammarError
+from engine.request import SamplingParams, TokenLogprob
 from engine.runner import Runner
 from parsers.chat_template import ChatTemplate, TemplateError
-
-ROLES = {"system", "developer", "user", "assistant", "tool", "function"}
-MAX_MESSAGES = 4096
-
-
-def _content(message: dict[str, Any], where: str) -> str | None:
-    content = message.get("content")
-    if content is None or isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        texts = []
-        for i, part in enumerate(content):
-            if not isinstance(part, dict) or not isinstance(part.get("type"), str):
-                raise invalid(f"{where}.content[{i}]", "content parts must be objects with a "
-                                                       "'type'")
-            if part["type"] not in ("text", "input_text", "output_text"):
-                raise invalid(f"{where}.content[{i}]",
-                              f"content part type '{part['type']}' is not supported by this "
-                              "model (text only)")
-            if not isinstance(part.get("text"), str):
-                raise invalid(f"{where}.content[{i}].text", "text parts need a string 'text'")
-            texts.append(part["text"])
-        return "\n".join(texts)
-    raise invalid(f"{where}.content", "'content' must be a string, a list of parts, or null")
+from parsers.message_stream import MessageDelta, MessageStream, ToolCall
+from parsers.response_schema import StreamLayout
 
 
-def parse_messages(body: Body) -> list[dict[str, Any]]:
-    raw = body.data.get("messages")
-    if not isinstance(raw, list) or not raw:
-        raise invalid("messages", "'messages' must be a non-empty list")
-    if len(raw) > MAX_MESSAGES:
-        raise invalid("messages", f"at most {MAX_MESSAGES} messages are allowed")
-    out = []
-    for i, m in enumerate(raw):
-        where = f"messages[{i}]"
-        if not isinstance(m, dict):
-            raise invalid(where, "each message must be an object")
-        role = m.get("role")
-        if role not in ROLES:
-            raise invalid(f"{where}.role", f"unknown role {role!r}")
-        message = {**m, "content": _content(m, where)}
-        if message["content"] is None and not m.get("tool_calls"):
-            if role != "assistant":
-                raise invalid(f"{where}.content", "'content' is required")
-            message["content"] = ""
-        out.append(message)
-    return out
+@dataclass(frozen=True)
+class Prepared:
+    prompt: list[int]
+    params: SamplingParams
+    in_reasoning: bool  # the template opened a reasoning block in the prompt
 
 
-def render_prompt(runner: Runner, template: ChatTemplate, messages: list[dict[str, Any]],
-            tools: list[Any] | None, extra: dict[str, Any]) -> list[int]:
-    text = template.render(messages, tools=tools, add_generation_prompt=True, **extra)
-    tokens = runner.tokenize(text, add_special=False, parse_special=True)
-    bos = runner.special_token_text("bos")
-    if runner.adds_bos and bos and not text.startswith(bos):
-        tokens = [runner.bos_token, *tokens]
-    return tokens
+def _prepare(runner: Runner, template: ChatTemplate, layout: StreamLayout,
+             messages: list[dict[str, Any]], rules: OutputRules, extra: dict[str, Any],
+             params: SamplingParams) -> Prepared:
+    """Render, tokenize and build the grammar: the blocking part, on the prepare pool."""
+    text, tokens = render(runner, template, messages, rules.tools or None, extra)
+    opener = layout.reasoning_start
+    in_reasoning = bool(opener and layout.reasoning_end and text.rstrip().endswith(opener))
+    grammar = build_grammar(rules, layout, in_reasoning)
+    if grammar is not None:
+        params = dataclasses.replace(params, grammar=grammar.text,
+                                     grammar_triggers=grammar.lazy_patterns)
+        runner.check_grammar(params)
+    return Prepared(tokens, params, in_reasoning)
 
 
 def _logprobs_json(runner: Runner, entries: list[TokenLogprob]) -> dict[str, Any]:
@@ -91,6 +63,25 @@ def _logprobs_json(runner: Runner, entries: list[TokenLogprob]) -> dict[str, Any
 
     return {"content": [{**item(e.token, e.logprob),
                          "top_logprobs": [item(t, lp) for t, lp in e.top]} for e in entries]}
+
+
+def _call_json(call: ToolCall) -> dict[str, Any]:
+    return {"id": call.id, "type": "function",
+            "function": {"name": call.name, "arguments": call.arguments}}
+
+
+def _finish_reason(reason: str | None, message: MessageDelta) -> str | None:
+    return "tool_calls" if reason == "stop" and message.tool_calls else reason
+
+
+def _message(m: MessageDelta) -> dict[str, Any]:
+    out: dict[str, Any] = {"role": "assistant",
+                           "content": m.content if m.content or not m.tool_calls else None}
+    if m.reasoning:
+        out["reasoning_content"] = m.reasoning
+    if m.tool_calls:
+        out["tool_calls"] = [_call_json(c) for c in m.tool_calls]
+    return out
 
 
 async def create_chat_completion(request: Request) -> Response:
@@ -108,51 +99,69 @@ async def create_chat_completion(request: Request) -> Response:
     if top is not None and not want_logprobs:
         raise invalid("top_logprobs", "'top_logprobs' requires 'logprobs': true")
     include_usage = bool((body.obj("stream_options") or {}).get("include_usage"))
-    tools = body.data.get("tools")
-    if tools is not None and not isinstance(tools, list):
-        raise invalid("tools", "'tools' must be a list")
-    if body.data.get("tool_choice") == "none":
-        tools = None
+    rules = parse_rules(body)
     extra = dict(body.obj("chat_template_kwargs") or {})
     if body.has("reasoning_effort"):
         extra.setdefault("reasoning_effort", body.string("reasoning_effort"))
-    response_format = body.obj("response_format")
-    if response_format and response_format.get("type") not in (None, "text"):
-        raise invalid("response_format", "structured output (response_format "
-                      f"{response_format.get('type')!r}) is not supported yet")
     params = sampling(body, n_vocab=state.runner.n_vocab,
                       max_tokens_field="max_completion_tokens",
                       logprobs=(top or 0) if want_logprobs else None)
     try:
-        prompt = await state.client.run(render_prompt, state.runner, state.template, messages,
-                                        tools or None, extra)
+        prep = await state.client.run(_prepare, state.runner, state.template, state.layout,
+                                      messages, rules, extra, params)
     except TemplateError as exc:
         raise APIError(str(exc), param="messages", code="template_error") from None
-    gen = state.client.generate([prompt], params, n, param="messages")
+    except (GrammarError, ValueError) as exc:
+        raise invalid("response_format" if rules.json_mode else "tools", str(exc)) from None
+    gen = state.client.generate([prep.prompt], prep.params, n, param="messages")
     cid, created = new_id("chatcmpl"), int(time.time())
     base = {"id": cid, "object": "chat.completion.chunk", "created": created,
             "model": state.model_name}
 
+    def parser() -> MessageStream:
+        return MessageStream(state.layout, in_reasoning=prep.in_reasoning, tools=rules.tools)
+
     if stream:
         async def chunks() -> AsyncIterator[bytes]:
             results = {r.index: ChoiceResult(r.index) for r in gen.requests}
+            parsers = {r.index: parser() for r in gen.requests}
+            n_calls = dict.fromkeys(parsers, 0)
             extra_usage = {"usage": None} if include_usage else {}
+
+            def chunk(index: int, delta: dict[str, Any], lp: Any = None,
+                      finish: str | None = None) -> bytes:
+                return sse({**base, "choices": [{"index": index, "delta": delta, "logprobs": lp,
+                                                 "finish_reason": finish}], **extra_usage})
+
             for r in gen.requests:
-                yield sse({**base, "choices": [{"index": r.index, "delta": {
-                    "role": "assistant", "content": ""}, "logprobs": None,
-                    "finish_reason": None}], **extra_usage})
+                yield chunk(r.index, {"role": "assistant", "content": ""})
             try:
                 async for d in gen.deltas():
                     results[d.index].add(d)
-                    if not d.text and d.finish_reason is None and not (
-                            want_logprobs and d.logprobs):
-                        continue
-                    delta = {"content": d.text} if d.text else {}
-                    lp = _logprobs_json(state.runner, d.logprobs or []) \
+                    p = parsers[d.index]
+                    new = p.feed(d.text) if d.text else MessageDelta()
+                    if d.finish_reason is not None:
+                        tail = p.finish()
+                        new.reasoning += tail.reasoning
+                        new.content += tail.content
+                        new.tool_calls.extend(tail.tool_calls)
+                    lp = _logprobs_json(state.runner, d.logprobs) \
                         if want_logprobs and d.logprobs else None
-                    yield sse({**base, "choices": [{"index": d.index, "delta": delta,
-                               "logprobs": lp, "finish_reason": d.finish_reason}],
-                               **extra_usage})
+                    if new.reasoning:
+                        yield chunk(d.index, {"reasoning_content": new.reasoning})
+                    if new.content or lp is not None:
+                        yield chunk(d.index, {"content": new.content} if new.content else {}, lp)
+                    for call in new.tool_calls:
+                        i = n_calls[d.index]
+                        n_calls[d.index] += 1
+                        yield chunk(d.index, {"tool_calls": [{
+                            "index": i, "id": call.id, "type": "function",
+                            "function": {"name": call.name, "arguments": ""}}]})
+                        yield chunk(d.index, {"tool_calls": [{
+                            "index": i, "function": {"arguments": call.arguments}}]})
+                    if d.finish_reason is not None:
+                        yield chunk(d.index, {}, None,
+                                    _finish_reason(d.finish_reason, p.message))
             except APIError as exc:
                 yield error_event(exc)
                 return
@@ -163,11 +172,16 @@ async def create_chat_completion(request: Request) -> Response:
         return sse_response(gen, chunks())
 
     results: list[ChoiceResult] = await unless_disconnected(request, gen, collect(gen))
-    choices = [{
-        "index": res.index,
-        "message": {"role": "assistant", "content": res.text},
-        "logprobs": _logprobs_json(state.runner, res.logprobs) if want_logprobs else None,
-        "finish_reason": res.finish_reason,
-    } for res in results]
+    choices = []
+    for res in results:
+        p = parser()
+        p.feed(res.text)
+        p.finish()
+        choices.append({
+            "index": res.index,
+            "message": _message(p.message),
+            "logprobs": _logprobs_json(state.runner, res.logprobs) if want_logprobs else None,
+            "finish_reason": _finish_reason(res.finish_reason, p.message),
+        })
     return JSONResponse({**base, "object": "chat.completion", "choices": choices,
                          "usage": usage(results, n)})

@@ -11,6 +11,7 @@ from api.errors import APIError
 from engine.config import Config
 from engine.runner import Runner
 from parsers.chat_template import ChatTemplate
+from parsers.response_schema import StreamLayout
 
 
 @dataclass
@@ -19,6 +20,7 @@ class ServerState:
     client: EngineClient
     model_name: str
     template: ChatTemplate | None
+    layout: StreamLayout = field(default_factory=StreamLayout)  # from model.response_schema
     created: int = field(default_factory=lambda: int(time.time()))
 
     @property

@@ -5,8 +5,8 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from api.chat import parse_messages, render_prompt
 from api.errors import APIError, invalid
+from api.messages import parse_messages, render_prompt
 from api.params import Body, read_json
 from api.state import ServerState
 from engine.runner import Runner

@@ -58,6 +58,9 @@ class Engine:
         self.embeds = EmbedQueue(self.embedder.n_batch if self.embedder else 0,
                                  self.embedder.n_seq_max if self.embedder else 0)
         self.publish: Publish = lambda batch: None
+        # special tokens a response parser needs as text (e.g. a tool-call marker); other
+        # control tokens are never rendered
+        self.render_special: frozenset[int] = frozenset()
         self._inbox: queue.SimpleQueue[Request | EmbedJob | _Cancel | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._stopping = False
@@ -251,7 +254,11 @@ class Engine:
 
     def _sample(self, r: Request, index: int, out: list[tuple[Request, Delta]]) -> None:
         if r.sampler is None:
-            r.sampler = self.runner.new_sampler(r.params, r.prompt)
+            try:
+                r.sampler = self.runner.new_sampler(r.params, r.prompt)
+            except ValueError as exc:  # only this request's sampler is at fault
+                self._fail(r, EngineError(str(exc)), out)
+                return
             r.detok = IncrementalDetokenizer(r.params.stop)
         token = self.runner.sample(r.sampler, index)
         r.output.append(token)
@@ -270,7 +277,7 @@ class Engine:
             delta.logprobs = None
             self._finish(r, "stop", out, delta)
             return
-        delta.text = r.detok.feed(self.runner.piece(token))
+        delta.text = r.detok.feed(self.runner.piece(token, token in self.render_special))
         if r.detok.stopped:
             self._finish(r, "stop", out, delta)
         elif len(r.output) >= r.max_new_tokens:

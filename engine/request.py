@@ -30,6 +30,8 @@ class SamplingParams:
     prompt_logprobs: bool = False  # logprobs of the prompt tokens too (completions echo)
     ignore_eos: bool = False
     cache_prompt: bool = True  # reuse a cached prefix (llama-server's per-request switch)
+    grammar: str | None = None  # GBNF constraining the output
+    grammar_triggers: tuple[str, ...] = ()  # lazy grammar: constrain from a pattern's match
 
     @property
     def greedy(self) -> bool:

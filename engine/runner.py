@@ -250,17 +250,20 @@ class Runner:
         sp.no_perf = True
         chain = L.llama_sampler_chain_init(sp)
         add = L.llama_sampler_chain_add
+        if p.grammar:  # first: later samplers only see tokens the grammar allows
+            add(chain, self._grammar_sampler(p, chain))
         if p.logit_bias:
             arr = (L.llama_logit_bias * len(p.logit_bias))()
             for i, (tok, bias) in enumerate(p.logit_bias):
                 arr[i].token = tok
                 arr[i].bias = bias
             add(chain, L.llama_sampler_init_logit_bias(self.n_vocab, len(p.logit_bias), arr))
-        penalties = (p.repeat_penalty != 1.0 or p.frequency_penalty != 0.0
-                     or p.presence_penalty != 0.0)
-        if penalties:
-            add(chain, L.llama_sampler_init_penalties(
-                p.penalty_last_n, p.repeat_penalty, p.frequency_penalty, p.presence_penalty))
+        if p.repeat_penalty != 1.0 or p.frequency_penalty != 0.0 or p.presence_penalty != 0.0:
+            penalties = L.llama_sampler_init_penalties(
+                p.penalty_last_n, p.repeat_penalty, p.frequency_penalty, p.presence_penalty)
+            for tok in history[-p.penalty_last_n:] if p.penalty_last_n > 0 else history:
+                L.llama_sampler_accept(penalties, tok)  # the prompt counts, the grammar not
+            add(chain, penalties)
         if p.greedy:
             add(chain, L.llama_sampler_init_greedy())
         else:
@@ -272,10 +275,29 @@ class Runner:
                 add(chain, L.llama_sampler_init_min_p(p.min_p, 1))
             add(chain, L.llama_sampler_init_temp(p.temperature))
             add(chain, L.llama_sampler_init_dist(p.seed))
-        if penalties:
-            for tok in history[-p.penalty_last_n:] if p.penalty_last_n > 0 else history:
-                L.llama_sampler_accept(chain, tok)
         return chain
+
+    def _grammar_sampler(self, p: SamplingParams, chain: Any) -> Any:
+        assert p.grammar is not None
+        text, root = p.grammar.encode(), b"root"
+        if p.grammar_triggers:
+            patterns = (ctypes.c_char_p * len(p.grammar_triggers))(
+                *[t.encode() for t in p.grammar_triggers])
+            sampler = L.llama_sampler_init_grammar_lazy_patterns(
+                self.vocab, text, root, patterns, len(p.grammar_triggers), None, 0)
+        else:
+            sampler = L.llama_sampler_init_grammar(self.vocab, text, root)
+        if not sampler:
+            L.llama_sampler_free(chain)
+            raise ValueError("llama.cpp could not parse the grammar")
+        return sampler
+
+    def check_grammar(self, p: SamplingParams) -> None:
+        """Raise ValueError if llama.cpp cannot parse the request's grammar (reads the
+        vocabulary only: safe on a worker thread)."""
+        chain = L.llama_sampler_chain_init(L.llama_sampler_chain_default_params())
+        L.llama_sampler_chain_add(chain, self._grammar_sampler(p, chain))
+        L.llama_sampler_free(chain)
 
     def free_sampler(self, sampler: Any) -> None:
         if sampler:

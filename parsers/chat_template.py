@@ -54,10 +54,15 @@ class ChatTemplate:
         self.bos_token = bos_token
         self.eos_token = eos_token
         self._template = _compile(source)
+        # OpenAI's "developer" role is the system role for templates that predate it
+        self.knows_developer = "developer" in source
 
     def render(self, messages: Sequence[Mapping[str, Any]], *,
                tools: Sequence[Mapping[str, Any]] | None = None,
                add_generation_prompt: bool = True, **extra: Any) -> str:
+        if not self.knows_developer:
+            messages = [{**m, "role": "system"} if m.get("role") == "developer" else m
+                        for m in messages]
         context = {
             **extra,
             "messages": messages,

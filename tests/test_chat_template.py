@@ -44,3 +44,12 @@ def test_extras_and_strftime_and_loop_controls() -> None:
                      "{{ strftime_now('%Y') | length }}")
     out = t.render([{"content": "a"}, {"content": "b"}], enable_thinking=False)
     assert out == "aFalse4"
+
+
+def test_developer_role_is_system_for_templates_that_do_not_know_it() -> None:
+    from parsers.chat_template import ChatTemplate
+
+    old = ChatTemplate("{% for m in messages %}[{{ m.role }}]{{ m.content }}{% endfor %}")
+    assert old.render([{"role": "developer", "content": "be brief"}]) == "[system]be brief"
+    new = ChatTemplate("{% for m in messages %}{{ m.role }}{% endfor %}{# developer #}")
+    assert new.render([{"role": "developer", "content": "x"}]) == "developer"

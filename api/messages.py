@@ -1,0 +1,98 @@
+"""Chat messages: validation, OpenAI -> template shape, and prompt rendering."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from api.errors import invalid
+from api.params import Body
+from engine.runner import Runner
+from parsers.chat_template import ChatTemplate
+
+ROLES = {"system", "developer", "user", "assistant", "tool", "function"}
+MAX_MESSAGES = 4096
+
+
+def _content(message: dict[str, Any], where: str) -> str | None:
+    content = message.get("content")
+    if content is None or isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts = []
+        for i, part in enumerate(content):
+            if not isinstance(part, dict) or not isinstance(part.get("type"), str):
+                raise invalid(f"{where}.content[{i}]",
+                              "content parts must be objects with a 'type'")
+            if part["type"] not in ("text", "input_text", "output_text"):
+                raise invalid(f"{where}.content[{i}]",
+                              f"content part type '{part['type']}' is not supported by this "
+                              "model (text only)")
+            if not isinstance(part.get("text"), str):
+                raise invalid(f"{where}.content[{i}].text", "text parts need a string 'text'")
+            texts.append(part["text"])
+        return "\n".join(texts)
+    raise invalid(f"{where}.content", "'content' must be a string, a list of parts, or null")
+
+
+def _tool_calls(calls: Any, where: str) -> list[dict[str, Any]]:
+    """OpenAI sends arguments as a JSON string; chat templates expect an object."""
+    if not isinstance(calls, list):
+        raise invalid(f"{where}.tool_calls", "'tool_calls' must be a list")
+    out = []
+    for i, call in enumerate(calls):
+        fn = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+            raise invalid(f"{where}.tool_calls[{i}]",
+                          "each tool call needs a 'function' with a 'name'")
+        args = fn.get("arguments", {})
+        if isinstance(args, str):
+            try:
+                args = json.loads(args) if args.strip() else {}
+            except ValueError:
+                raise invalid(f"{where}.tool_calls[{i}].function.arguments",
+                              "'arguments' must be a JSON object string") from None
+        out.append({**call, "type": call.get("type", "function"),
+                    "function": {**fn, "arguments": args}})
+    return out
+
+
+def parse_messages(body: Body) -> list[dict[str, Any]]:
+    raw = body.data.get("messages")
+    if not isinstance(raw, list) or not raw:
+        raise invalid("messages", "'messages' must be a non-empty list")
+    if len(raw) > MAX_MESSAGES:
+        raise invalid("messages", f"at most {MAX_MESSAGES} messages are allowed")
+    out = []
+    for i, m in enumerate(raw):
+        where = f"messages[{i}]"
+        if not isinstance(m, dict):
+            raise invalid(where, "each message must be an object")
+        role = m.get("role")
+        if role not in ROLES:
+            raise invalid(f"{where}.role", f"unknown role {role!r}")
+        message = {**m, "content": _content(m, where)}
+        if m.get("tool_calls"):
+            message["tool_calls"] = _tool_calls(m["tool_calls"], where)
+        elif message["content"] is None:
+            if role != "assistant":
+                raise invalid(f"{where}.content", "'content' is required")
+            message["content"] = ""
+        out.append(message)
+    return out
+
+
+def render(runner: Runner, template: ChatTemplate, messages: list[dict[str, Any]],
+           tools: list[Any] | None, extra: dict[str, Any]) -> tuple[str, list[int]]:
+    """The rendered prompt text and its tokens (BOS added if the template did not)."""
+    text = template.render(messages, tools=tools, add_generation_prompt=True, **extra)
+    tokens = runner.tokenize(text, add_special=False, parse_special=True)
+    bos = runner.special_token_text("bos")
+    if runner.adds_bos and bos and not text.startswith(bos):
+        tokens = [runner.bos_token, *tokens]
+    return text, tokens
+
+
+def render_prompt(runner: Runner, template: ChatTemplate, messages: list[dict[str, Any]],
+                  tools: list[Any] | None, extra: dict[str, Any]) -> list[int]:
+    return render(runner, template, messages, tools, extra)[1]

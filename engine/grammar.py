@@ -1,0 +1,85 @@
+"""GBNF grammars that guarantee structured output and tool calls.
+
+JSON Schema -> GBNF goes through llama-cpp-python's converter (pure Python,
+``llama_cpp.llama_grammar.SchemaConverter``); this module only wraps its rules:
+a JSON value for ``response_format``, or tool-call blocks in the model family's
+own markup (``<tool_call>\\n{"name": ..., "arguments": ...}\\n</tool_call>`` for
+Hermes-style families) for ``tool_choice`` ``required`` / a named function, and
+the same rules behind a lazy trigger (the call marker) for ``auto``.
+Conversion costs milliseconds, so callers run it off the event loop.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import llama_cpp.llama_grammar
+
+_G: Any = llama_cpp.llama_grammar  # untyped Python module: used through Any
+
+
+class GrammarError(ValueError):
+    """A schema the converter cannot turn into a grammar (a 400 for the request)."""
+
+
+@dataclass(frozen=True)
+class Grammar:
+    text: str
+    lazy_patterns: tuple[str, ...] = ()  # empty: constrain from the first token
+
+
+def _gbnf_literal(text: str) -> str:
+    return json.dumps(text)  # GBNF string literals use JSON escapes
+
+
+def _converter() -> Any:
+    return _G.SchemaConverter(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False)
+
+
+def _visit(conv: Any, schema: Any, name: str) -> str:
+    try:
+        resolved = conv.resolve_refs(schema, "request")
+        return str(conv.visit(resolved, name))
+    except (KeyError, ValueError, TypeError, RecursionError, AssertionError) as exc:
+        raise GrammarError(f"cannot build a grammar for this JSON schema: {exc}") from None
+
+
+def json_grammar(schema: dict[str, Any] | None, after: str | None = None) -> Grammar:
+    """Any JSON object (``schema`` None) or a value of ``schema``. With ``after`` (the end
+    of a reasoning block), the model reasons freely and the JSON follows that marker."""
+    conv = _converter()
+    value = _visit(conv, schema if schema is not None else {"type": "object"}, "json-value")
+    if after is None:
+        conv._add_rule("root", value)
+        return Grammar(str(conv.format_grammar()))
+    conv._add_rule("root", f'{_gbnf_literal(after)} [ \\t\\n]* {value}')
+    return Grammar(str(conv.format_grammar()), (_trigger(after),))
+
+
+def _trigger(marker: str) -> str:
+    """A lazy-grammar pattern: llama.cpp matches it against everything generated so far
+    and constrains from its first group on."""
+    return r"[\s\S]*?(" + re.escape(marker) + r"[\s\S]*)"
+
+
+def tool_call_grammar(tools: list[dict[str, Any]], start: str, end: str, *,
+                      parallel: bool, lazy: bool) -> Grammar:
+    """Blocks of ``start\\n{"name": <one of tools>, "arguments": <its parameters>}\\nend``;
+    ``parallel`` allows several, separated by newlines."""
+    calls = []
+    for tool in tools:
+        fn = tool["function"]
+        params = fn.get("parameters") or {"type": "object"}
+        calls.append({"type": "object", "properties": {
+            "name": {"const": fn["name"]}, "arguments": params},
+            "required": ["name", "arguments"]})
+    conv = _converter()
+    call = _visit(conv, calls[0] if len(calls) == 1 else {"anyOf": calls}, "call")
+    conv._add_rule("call-block", f'{_gbnf_literal(start + chr(10))} {call} '
+                                 f'{_gbnf_literal(chr(10) + end)}')
+    conv._add_rule("root", '"\\n"? call-block ("\\n" call-block)*' if parallel
+                   else '"\\n"? call-block')
+    return Grammar(str(conv.format_grammar()), (_trigger(start),) if lazy else ())

@@ -1,0 +1,271 @@
+"""Model text -> reasoning, content and tool calls, incrementally.
+
+A ``MessageStream`` is fed the generated text chunk by chunk and returns only
+what is new. Text is held back only while it could still be the start of a
+marker (or whitespace that may precede a tool call), and every search resumes
+where the previous one stopped, so the work per stream is linear in its length.
+Feeding the whole text at once gives the same message as any chunking, which is
+how the non-streamed response is built.
+
+Layout: ``[reasoning] content [tool call]*``. Reasoning runs until its end
+marker (an unterminated reasoning block, e.g. cut off by ``max_tokens``, stays
+reasoning). A tool-call block is parsed when its end marker arrives, with the
+schema's ``x-regex-iterator`` and item schema. With tools offered, an answer that
+is only a bare JSON ``{"name": ..., "arguments": ...}`` (optionally fenced) is a
+tool call too: small models often answer that way.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+from dataclasses import dataclass, field
+from typing import Any
+
+from parsers.response_schema import StreamLayout, apply_schema, coerce
+
+_FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    id: str
+    name: str
+    arguments: str  # a JSON object, as OpenAI clients expect
+
+
+@dataclass
+class MessageDelta:
+    reasoning: str = ""
+    content: str = ""
+    tool_calls: list[ToolCall] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.reasoning or self.content or self.tool_calls)
+
+
+def _held_prefix(text: str, marker: str) -> int:
+    """Length of the longest suffix of ``text`` that is a proper prefix of ``marker``."""
+    for n in range(min(len(marker) - 1, len(text)), 0, -1):
+        if marker.startswith(text[-n:]):
+            return n
+    return 0
+
+
+def new_call_id() -> str:
+    return "call_" + secrets.token_hex(12)
+
+
+class MessageStream:
+    REASONING, CONTENT, CALL, AFTER_CALLS, BARE_JSON = range(5)
+
+    def __init__(self, layout: StreamLayout, *, in_reasoning: bool = False,
+                 tools: list[dict[str, Any]] | None = None, bare_json_calls: bool = True) -> None:
+        self.layout = layout
+        self.tools = {t["function"]["name"]: t["function"] for t in tools or []
+                      if isinstance(t.get("function"), dict) and "name" in t["function"]}
+        self.bare_json = bare_json_calls and bool(self.tools)
+        self.state = self.REASONING if in_reasoning and layout.reasoning_end else self.CONTENT
+        self.buf = ""
+        self.block = ""  # the tool-call block being collected (after its start marker)
+        self.scanned = 0  # how much of ``block`` has been searched for the end marker
+        self.started = False  # any content or reasoning emitted (or opener consumed)
+        self.skip_ws = False  # drop whitespace at the start of content (after reasoning)
+        self.message = MessageDelta()  # everything so far
+
+    # -- public -----------------------------------------------------------------------
+    def feed(self, text: str) -> MessageDelta:
+        self.buf += text
+        out = MessageDelta()
+        while self.buf and self._step(out):
+            pass
+        return self._record(out)
+
+    def finish(self) -> MessageDelta:
+        out = MessageDelta()
+        if self.state == self.REASONING:
+            out.reasoning += self.buf
+        elif self.state == self.CONTENT:
+            out.content += self.buf if self.started or not self.skip_ws else self.buf.lstrip()
+        elif self.state == self.CALL:
+            call = self._parse_call(self.block + self.buf, complete=False)
+            if call is not None:
+                out.tool_calls.append(call)
+        elif self.state == self.BARE_JSON:
+            calls = self._bare_calls(self.buf)
+            if calls is None:
+                out.content += self.buf
+            else:
+                out.tool_calls.extend(calls)
+        self.buf = ""
+        return self._record(out)
+
+    # -- states ---------------------------------------------------------------------------
+    def _step(self, out: MessageDelta) -> bool:
+        """Consume what can be decided from ``buf``; False when it must wait for more."""
+        lay = self.layout
+        if self.state == self.REASONING:
+            assert lay.reasoning_end is not None
+            i = self.buf.find(lay.reasoning_end)
+            if i >= 0:
+                out.reasoning += self._strip_opener(self.buf[:i])
+                self.buf = self.buf[i + len(lay.reasoning_end):]
+                self.state, self.skip_ws, self.started = self.CONTENT, True, False
+                return True
+            keep = _held_prefix(self.buf, lay.reasoning_end)
+            if not self.started and lay.reasoning_start and lay.reasoning_start.startswith(
+                    self.buf.lstrip()):
+                return False  # maybe the opener, still arriving
+            out.reasoning += self._strip_opener(self.buf[: len(self.buf) - keep])
+            self.buf = self.buf[len(self.buf) - keep:]
+            return False
+        if self.state == self.CONTENT:
+            return self._content(out)
+        if self.state == self.CALL:
+            return self._call(out)
+        if self.state == self.AFTER_CALLS:
+            rest = self.buf.lstrip()
+            if lay.call_start and rest.startswith(lay.call_start):
+                self.buf = rest[len(lay.call_start):]
+                self.state, self.block, self.scanned = self.CALL, "", 0
+                return True
+            if lay.call_start and lay.call_start.startswith(rest):
+                self.buf = rest
+                return False
+            self.buf = ""  # text after the tool calls is not part of the message
+            return False
+        return False  # BARE_JSON: everything waits for finish()
+
+    def _strip_opener(self, text: str) -> str:
+        opener = self.layout.reasoning_start
+        if not self.started:
+            stripped = text.lstrip()
+            if opener and stripped.startswith(opener):
+                text = stripped[len(opener):]
+            if text:
+                text = text.lstrip("\n")
+                self.started = bool(text)
+        return text
+
+    def _content(self, out: MessageDelta) -> bool:
+        lay = self.layout
+        if self.skip_ws:
+            self.buf = self.buf.lstrip()
+            if not self.buf:
+                return False
+            self.skip_ws = False
+        if not self.started:
+            head = self.buf.lstrip()
+            if lay.reasoning_start and lay.reasoning_end:
+                if head.startswith(lay.reasoning_start):
+                    self.state = self.REASONING
+                    return True
+                if lay.reasoning_start.startswith(head):
+                    return False  # could still be the opener
+            if self.bare_json and (head.startswith("{") or head.startswith("```")):
+                self.state = self.BARE_JSON
+                return False
+            if self.bare_json and "```".startswith(head):
+                return False  # empty so far, or maybe a code fence
+        start = lay.call_start
+        if start:
+            i = self.buf.find(start)
+            if i >= 0:
+                out.content += self.buf[:i].rstrip()
+                self.buf = self.buf[i + len(start):]
+                self.state, self.block, self.scanned = self.CALL, "", 0
+                self.started = True
+                return True
+        keep = _held_prefix(self.buf, start) if start else 0
+        body = self.buf[: len(self.buf) - keep]
+        trailing = len(body) - len(body.rstrip()) if start else 0  # may precede a call
+        emit = body[: len(body) - trailing]
+        if emit:
+            out.content += emit
+            self.started = True
+        self.buf = self.buf[len(emit):]
+        return False
+
+    def _call(self, out: MessageDelta) -> bool:
+        end = self.layout.call_end
+        assert end is not None
+        self.block += self.buf
+        self.buf = ""
+        i = self.block.find(end, max(0, self.scanned - len(end) + 1))
+        if i < 0:
+            self.scanned = len(self.block)
+            return False
+        call = self._parse_call(self.block[:i], complete=True)
+        if call is not None:
+            out.tool_calls.append(call)
+        self.buf = self.block[i + len(end):]
+        self.block, self.scanned, self.state = "", 0, self.AFTER_CALLS
+        return True
+
+    # -- tool calls -----------------------------------------------------------------------
+    def _parse_call(self, inner: str, complete: bool) -> ToolCall | None:
+        lay = self.layout
+        assert lay.call_start is not None and lay.call_end is not None
+        group = inner.strip()
+        if complete and lay.call_regex:
+            m = re.search(lay.call_regex, f"{lay.call_start}{inner}{lay.call_end}", re.DOTALL)
+            if m is not None:
+                group = m.group(1) if m.re.groups else m.group(0)
+        item = apply_schema(lay.call_schema or {}, group)
+        return self._tool_call(item)
+
+    def _tool_call(self, item: Any) -> ToolCall | None:
+        if not isinstance(item, dict):
+            return None
+        fn = item.get("function", item)
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+            return None
+        name, args = fn["name"], fn.get("arguments", fn.get("parameters", {}))
+        if isinstance(args, str):
+            try:
+                args = json.loads(args) if args.strip() else {}
+            except ValueError:
+                return ToolCall(new_call_id(), name, json.dumps({"_raw": args}))
+        if isinstance(args, dict):
+            args = coerce_arguments(args, self.tools.get(name, {}).get("parameters"))
+        return ToolCall(new_call_id(), name, json.dumps(args, ensure_ascii=False))
+
+    def _bare_calls(self, text: str) -> list[ToolCall] | None:
+        body = text.strip()
+        fenced = _FENCE.match(body)
+        if fenced:
+            body = fenced.group(1)
+        try:
+            data = json.loads(body)
+        except ValueError:
+            return None
+        items = data if isinstance(data, list) else [data]
+        calls = []
+        for item in items:
+            if not (isinstance(item, dict) and item.get("name") in self.tools
+                    and isinstance(item.get("arguments", item.get("parameters")), (dict, str))):
+                return None
+            call = self._tool_call(item)
+            if call is None:
+                return None
+            calls.append(call)
+        return calls or None
+
+    def _record(self, out: MessageDelta) -> MessageDelta:
+        self.message.reasoning += out.reasoning
+        self.message.content += out.content
+        self.message.tool_calls.extend(out.tool_calls)
+        return out
+
+
+def coerce_arguments(args: dict[str, Any], parameters: Any) -> dict[str, Any]:
+    """Values parsed as text (XML parameters) take the types the tool declares."""
+    props = parameters.get("properties", {}) if isinstance(parameters, dict) else {}
+    out = {}
+    for key, value in args.items():
+        spec = props.get(key)
+        if isinstance(spec, dict) and isinstance(value, str) and "type" in spec:
+            value = coerce(value, spec["type"])
+        out[key] = value
+    return out

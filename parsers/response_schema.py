@@ -1,0 +1,242 @@
+"""Hugging Face response-parsing schemas: JSON Schema plus ``x-regex`` extensions.
+
+``apply_schema(schema, text)`` follows Hugging Face's semantics: a property's
+value comes from the parent's text through ``x-regex`` (the first group, or a dict
+of named groups, or the whole match), ``x-regex-iterator`` (an array of matches),
+``x-regex-key-value`` (an object from ``key``/``value`` named groups) and
+``x-parser: "json"``; without any of them a property sees its parent's text (or,
+when the parent is already an object, its own key). Then ``const``, type
+coercion and ``required`` (a missing required property makes the object None).
+
+``stream_layout(schema)`` reads the markers a streaming parser needs out of the
+same regexes: where reasoning ends, and where a tool-call block starts and ends.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from functools import cache
+from re import _constants as sre_c  # type: ignore[attr-defined]
+from re import _parser as sre_parse  # type: ignore[attr-defined]
+from typing import Any
+
+
+class SchemaError(ValueError):
+    """The response schema itself is unusable (reported at start-up)."""
+
+
+@cache
+def _compile(pattern: str) -> re.Pattern[str]:
+    try:
+        return re.compile(pattern, re.DOTALL)
+    except re.error as exc:
+        raise SchemaError(f"bad regex {pattern!r}: {exc}") from None
+
+
+def _extract(schema: dict[str, Any], value: Any) -> Any:
+    """The raw value of this node, before coercion (None: absent)."""
+    if not isinstance(value, str):
+        return value
+    if "x-regex-iterator" in schema:
+        rx = _compile(schema["x-regex-iterator"])
+        return [m.group(1) if rx.groups else m.group(0) for m in rx.finditer(value)] or None
+    if "x-regex" in schema:
+        m = _compile(schema["x-regex"]).search(value)
+        if m is None:
+            return None
+        if m.re.groupindex:
+            value = {k: v for k, v in m.groupdict().items() if v is not None}
+        else:
+            value = m.group(1) if m.re.groups else m.group(0)
+    if "x-regex-key-value" in schema and isinstance(value, str):
+        rx = _compile(schema["x-regex-key-value"])
+        return {m.group("key"): m.group("value") for m in rx.finditer(value)}
+    return value
+
+
+def _parse_json(value: Any) -> Any:
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return None
+    return value
+
+
+def apply_schema(schema: dict[str, Any], value: Any) -> Any:
+    if "const" in schema:
+        return schema["const"]
+    raw = _extract(schema, value)
+    if raw is None:
+        return None
+    if schema.get("x-parser") == "json":
+        raw = _parse_json(raw)
+        if raw is None:
+            return None
+    kind = schema.get("type")
+    if kind == "object" or "properties" in schema:
+        props = schema.get("properties", {}).values()
+        if isinstance(raw, str) and not any(
+                "const" in p or any(k.startswith("x-") for k in p) for p in props):
+            raw = _parse_json(raw)  # an object given as JSON text (e.g. string arguments)
+        return _object(schema, raw)
+    if kind == "array":
+        if not isinstance(raw, list):
+            return None
+        items = schema.get("items", {})
+        out = [apply_schema(items, v) for v in raw]
+        return [v for v in out if v is not None]
+    return coerce(raw, kind)
+
+
+def _object(schema: dict[str, Any], raw: Any) -> dict[str, Any] | None:
+    props: dict[str, Any] = schema.get("properties", {})
+    out: dict[str, Any] = {}
+    if isinstance(raw, dict):
+        if schema.get("additionalProperties", True) is not False:
+            out.update({k: v for k, v in raw.items() if k not in props})
+        for name, sub in props.items():
+            has_rule = "const" in sub or any(k.startswith("x-regex") for k in sub)
+            v = apply_schema(sub, raw.get(name) if not has_rule or name in raw else None)
+            if v is not None:
+                out[name] = v
+    elif isinstance(raw, str):
+        for name, sub in props.items():
+            v = apply_schema(sub, raw)
+            if v is not None:
+                out[name] = v
+    else:
+        return None
+    if any(name not in out for name in schema.get("required", [])):
+        return None
+    return out
+
+
+def coerce(value: Any, kind: Any) -> Any:
+    """JSON Schema type coercion of a (usually string) value; unknown → unchanged."""
+    kinds = kind if isinstance(kind, list) else [kind]
+    if isinstance(value, str):
+        text = value.strip()
+        for k in kinds:
+            if k == "integer" and re.fullmatch(r"-?\d+", text):
+                return int(text)
+            if k == "number":
+                try:
+                    return float(text) if any(c in text for c in ".eE") else int(text)
+                except ValueError:
+                    continue
+            if k == "boolean" and text.lower() in ("true", "false"):
+                return text.lower() == "true"
+            if k == "null" and text.lower() in ("null", "none"):
+                return None
+            if k in ("object", "array"):
+                parsed = _parse_json(text)
+                if isinstance(parsed, dict if k == "object" else list):
+                    return parsed
+        return value
+    if "string" in kinds and not isinstance(value, str) and value is not None:
+        return json.dumps(value) if isinstance(value, (dict, list)) else str(value)
+    return value
+
+
+# -- streaming layout ---------------------------------------------------------------------
+@dataclass(frozen=True)
+class StreamLayout:
+    """Markers for incremental parsing; None where the schema has no such part."""
+
+    reasoning_start: str | None = None  # an optional opener, e.g. "<think>"
+    reasoning_end: str | None = None  # e.g. "</think>"
+    call_start: str | None = None  # e.g. "<tool_call>"
+    call_end: str | None = None  # e.g. "</tool_call>"
+    call_regex: str | None = None  # the x-regex-iterator: applied to each whole block
+    call_schema: dict[str, Any] | None = None  # items schema of tool_calls
+
+
+def _literal_runs(items: list[Any]) -> list[tuple[int, str]]:
+    """(index of the item after the run, text) for each run of literals in a regex AST."""
+    runs: list[tuple[int, str]] = []
+    buf = ""
+    for i, (op, arg) in enumerate(items):
+        if op is sre_c.LITERAL:
+            buf += chr(arg)
+            continue
+        if buf:
+            runs.append((i, buf))
+            buf = ""
+    if buf:
+        runs.append((len(items), buf))
+    return runs
+
+
+def _group_index(items: list[Any]) -> int | None:
+    for i, (op, arg) in enumerate(items):
+        if op is sre_c.SUBPATTERN and arg[0] is not None:
+            return i
+    return None
+
+
+def _first_literal(items: list[Any]) -> str | None:
+    """The first literal text of a node list, looking into lookaheads and alternations'
+    first branch."""
+    text = ""
+    for op, arg in items:
+        if op is sre_c.LITERAL:
+            text += chr(arg)
+        elif text:
+            break
+        elif op is sre_c.ASSERT:
+            return _first_literal(list(arg[1]))
+        elif op is sre_c.BRANCH:
+            return _first_literal(list(arg[1][0]))
+        elif op is sre_c.SUBPATTERN:
+            return _first_literal(list(arg[3]))
+        elif op in (sre_c.MAX_REPEAT, sre_c.MIN_REPEAT) and arg[0] == 0:
+            continue  # optional whitespace and the like
+        else:
+            break
+    return text.strip() or None
+
+
+def _optional_literal(node: Any) -> str | None:
+    op, arg = node
+    if op in (sre_c.MAX_REPEAT, sre_c.MIN_REPEAT) and arg[0] == 0 and arg[1] == 1:
+        inner = list(arg[2])
+        if len(inner) == 1 and inner[0][0] is sre_c.SUBPATTERN:
+            inner = list(inner[0][1][3])
+        text = "".join(chr(a) for o, a in inner if o is sre_c.LITERAL)
+        if len(text) == len(inner):
+            return text.strip() or None
+    return None
+
+
+def stream_layout(schema: dict[str, Any]) -> StreamLayout:
+    props: dict[str, Any] = schema.get("properties", {})
+    r_start = r_end = c_start = c_end = None
+    call_regex: str | None = None
+    call_schema: dict[str, Any] | None = None
+    reasoning = props.get("reasoning_content", {})
+    if "x-regex" in reasoning:
+        items = list(sre_parse.parse(reasoning["x-regex"]))
+        g = _group_index(items)
+        if g is None:
+            raise SchemaError("reasoning_content x-regex needs a capture group")
+        r_end = _first_literal(items[g + 1 :])
+        before = [_optional_literal(n) for n in items[:g]]
+        r_start = next((t for t in reversed(before) if t), None)
+        if r_end is None:
+            raise SchemaError("cannot tell where reasoning ends from its x-regex")
+    calls = props.get("tool_calls", {})
+    if "x-regex-iterator" in calls:
+        call_regex = calls["x-regex-iterator"]
+        items = list(sre_parse.parse(call_regex))
+        g = _group_index(items)
+        if g is None:
+            raise SchemaError("tool_calls x-regex-iterator needs a capture group")
+        c_start = _first_literal(items[:g])
+        c_end = _first_literal(items[g + 1 :])
+        if not c_start or not c_end:
+            raise SchemaError("tool_calls x-regex-iterator needs literal start and end markers")
+        call_schema = calls.get("items", {})
+    return StreamLayout(r_start, r_end, c_start, c_end, call_regex, call_schema)
