@@ -21,6 +21,7 @@ from api.state import ServerState
 from api.tokenize import detokenize, tokenize
 from engine.config import Config
 from engine.core import Engine
+from engine.runner import Runner
 from parsers.chat_template import ChatTemplate, TemplateError
 from parsers.response_schema import SchemaError, StreamLayout, stream_layout
 
@@ -35,10 +36,9 @@ def load_layout(config: Config) -> StreamLayout:
         raise ValueError(f"model.response_schema: {exc}") from exc
 
 
-def marker_tokens(engine: Engine, layout: StreamLayout) -> frozenset[int]:
+def marker_tokens(runner: Runner, layout: StreamLayout) -> frozenset[int]:
     """Control tokens whose text a marker needs (rendered for the parser; other control
     tokens, such as end-of-turn, never reach the text)."""
-    runner = engine.runner
     ids = set()
     for marker in (layout.reasoning_start, layout.reasoning_end, layout.call_start,
                    layout.call_end):
@@ -88,7 +88,7 @@ def build_app(config: Config, engine: Engine) -> Starlette:
     client = EngineClient(engine, workers=config.server.prepare_workers)
     state = ServerState(config=config, client=client, model_name=config.model.served_name(),
                         template=load_template(config, engine), layout=load_layout(config))
-    engine.render_special = marker_tokens(engine, state.layout)
+    engine.render_special = marker_tokens(engine.runner, state.layout)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

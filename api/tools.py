@@ -8,7 +8,7 @@ from typing import Any
 
 from api.errors import invalid
 from api.params import Body
-from engine.grammar import Grammar, json_grammar, tool_call_grammar
+from engine.grammar import Grammar, json_grammar, tool_call_grammar, xml_tool_call_grammar
 from parsers.response_schema import StreamLayout
 
 
@@ -80,9 +80,10 @@ def build_grammar(rules: OutputRules, layout: StreamLayout, in_reasoning: bool
     forced = rules.choice in ("required", "function")
     if rules.tools and (forced or rules.choice == "auto"):
         tools = [t for t in rules.tools if rules.function in (None, t["function"]["name"])]
-        if layout.call_start and layout.call_end and _json_calls(layout):
-            return tool_call_grammar(tools, layout.call_start, layout.call_end,
-                                     parallel=rules.parallel, lazy=not forced)
+        if layout.call_start and layout.call_end:
+            build = tool_call_grammar if _json_calls(layout) else xml_tool_call_grammar
+            return build(tools, layout.call_start, layout.call_end, parallel=rules.parallel,
+                         lazy=not forced)
         if forced and not layout.call_start:
             # no call markup in this family: a bare {"name", "arguments"} object, which the
             # response parser reads as a call when tools were offered
@@ -91,8 +92,6 @@ def build_grammar(rules: OutputRules, layout: StreamLayout, in_reasoning: bool
                     "name": {"const": t["function"]["name"]},
                     "arguments": t["function"].get("parameters") or {"type": "object"}},
                 "required": ["name", "arguments"]} for t in tools]})
-        if forced:
-            return None  # non-JSON call markup: the prompt asks, the parser reads
     if rules.json_mode:
         after = layout.reasoning_end if in_reasoning else None
         return json_grammar(rules.json_schema, after=after)

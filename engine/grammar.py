@@ -5,7 +5,9 @@ JSON Schema -> GBNF goes through llama-cpp-python's converter (pure Python,
 a JSON value for ``response_format``, or tool-call blocks in the model family's
 own markup (``<tool_call>\\n{"name": ..., "arguments": ...}\\n</tool_call>`` for
 Hermes-style families) for ``tool_choice`` ``required`` / a named function, and
-the same rules behind a lazy trigger (the call marker) for ``auto``.
+the same rules behind a lazy trigger (the call marker) for ``auto``; or XML-style
+blocks (``<function=NAME>`` / ``<parameter=KEY>`` as in Qwen3.5) whose parameter
+values are typed by the tool's schema.
 Conversion costs milliseconds, so callers run it off the event loop.
 """
 
@@ -79,6 +81,37 @@ def tool_call_grammar(tools: list[dict[str, Any]], start: str, end: str, *,
     conv = _converter()
     call = _visit(conv, calls[0] if len(calls) == 1 else {"anyOf": calls}, "call")
     conv._add_rule("call-block", f'{_gbnf_literal(start + chr(10))} {call} '
+                                 f'{_gbnf_literal(chr(10) + end)}')
+    conv._add_rule("root", '"\\n"? call-block ("\\n" call-block)*' if parallel
+                   else '"\\n"? call-block')
+    return Grammar(str(conv.format_grammar()), (_trigger(start),) if lazy else ())
+
+
+def xml_tool_call_grammar(tools: list[dict[str, Any]], start: str, end: str, *,
+                          parallel: bool, lazy: bool) -> Grammar:
+    """Blocks of ``start\n<function=NAME>\n(<parameter=KEY>\nVALUE\n</parameter>\n)*
+    </function>\nend``: required parameters in order, optional ones may be left out;
+    string values are free text that cannot hold a newline followed by ``<``."""
+    conv = _converter()
+    conv._add_rule("xml-text", '([^\\n] | "\\n" [^<])*')
+    alternatives = []
+    for i, tool in enumerate(tools):
+        fn = tool["function"]
+        params = fn.get("parameters") or {}
+        required = set(params.get("required", []))
+        parts = []
+        for j, (key, spec) in enumerate((params.get("properties") or {}).items()):
+            kind = spec.get("type") if isinstance(spec, dict) else None
+            value = "xml-text" if kind in (None, "string") else _visit(
+                conv, {"type": kind} if isinstance(kind, str) else spec, f"fn{i}-p{j}-value")
+            rule = conv._add_rule(f"fn{i}-p{j}", f'{_gbnf_literal(f"<parameter={key}>" + chr(10))} '
+                                  f'{value} {_gbnf_literal(chr(10) + "</parameter>" + chr(10))}')
+            parts.append(rule if key in required else f"{rule}?")
+        head = _gbnf_literal(f"<function={fn['name']}>" + chr(10))
+        alternatives.append(conv._add_rule(f"fn{i}", " ".join(
+            [head, *parts, _gbnf_literal("</function>")])))
+    conv._add_rule("call", " | ".join(alternatives))
+    conv._add_rule("call-block", f'{_gbnf_literal(start + chr(10))} call '
                                  f'{_gbnf_literal(chr(10) + end)}')
     conv._add_rule("root", '"\\n"? call-block ("\\n" call-block)*' if parallel
                    else '"\\n"? call-block')

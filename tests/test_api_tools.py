@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -11,7 +12,7 @@ import openai
 import pytest
 from openai import OpenAI
 
-from conftest import ServerProcess
+from conftest import ServerProcess, load_config, qwen_config, start_server
 
 WEATHER: list[Any] = [{"type": "function", "function": {
     "name": "get_weather", "description": "Get the current weather for a city",
@@ -143,3 +144,36 @@ def test_bad_tool_and_format_fields_are_400(client: OpenAI, extra: dict[str, Any
                                        extra_body=extra)
     body = err.value.body
     assert isinstance(body, dict) and body.get("param") == param, body
+
+
+def test_xml_call_format_is_enforced_and_parsed(tmp_path: Path) -> None:
+    """The Qwen3.5 schema (XML-style calls) on a real model: the grammar makes the model
+    write <function=...><parameter=...> blocks, and the parser types the values."""
+    schema = load_config("qwen3.5-0.8b.json")["model"]["response_schema"]
+    server = start_server(qwen_config(response_schema=schema), tmp_path)
+    tools: list[Any] = [{"type": "function", "function": {
+        "name": "get_forecast", "parameters": {"type": "object", "properties": {
+            "city": {"type": "string"}, "days": {"type": "integer"}},
+            "required": ["city", "days"]}}}]
+    try:
+        client = OpenAI(base_url=server.base_url, api_key="unused", max_retries=0)
+        for stream in (False, True):
+            kwargs: dict[str, Any] = {
+                "model": "x", "temperature": 0, "tools": tools, "tool_choice": "required",
+                "messages": [{"role": "user", "content": "Forecast for Paris, 3 days?"}]}
+            if stream:
+                chunks = list(client.chat.completions.create(stream=True, **kwargs))
+                deltas = [tc for c in chunks for tc in (c.choices[0].delta.tool_calls or [])]
+                name = next(tc.function.name for tc in deltas if tc.function and
+                            tc.function.name)
+                args = json.loads("".join(tc.function.arguments or "" for tc in deltas
+                                          if tc.function))
+            else:
+                (call,) = client.chat.completions.create(**kwargs).choices[0].message \
+                    .tool_calls or []
+                name, args = call.function.name, json.loads(call.function.arguments)
+            assert name == "get_forecast"
+            jsonschema.validate(args, tools[0]["function"]["parameters"])
+            assert isinstance(args["days"], int)
+    finally:
+        server.stop()
