@@ -10,13 +10,16 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.routing import Route, WebSocketRoute
 
 from api.chat import create_chat_completion
 from api.completions import create_completion
 from api.embeddings import create_embedding
 from api.engine_client import EngineClient
 from api.errors import APIError, api_error_handler, http_error_handler, unhandled_error_handler
+from api.response_store import ResponseStore
+from api.responses import create_response, delete_response, get_response
+from api.responses_ws import responses_websocket
 from api.state import ServerState
 from api.tokenize import detokenize, tokenize
 from engine.config import Config
@@ -87,7 +90,10 @@ def load_template(config: Config, engine: Engine) -> ChatTemplate | None:
 def build_app(config: Config, engine: Engine) -> Starlette:
     client = EngineClient(engine, workers=config.server.prepare_workers)
     state = ServerState(config=config, client=client, model_name=config.model.served_name(),
-                        template=load_template(config, engine), layout=load_layout(config))
+                        template=load_template(config, engine), layout=load_layout(config),
+                        responses=ResponseStore(config.server.responses_store_max,
+                                                config.server.responses_store_max_bytes,
+                                                config.server.responses_store_ttl))
     engine.render_special = marker_tokens(engine.runner, state.layout)
 
     @contextlib.asynccontextmanager
@@ -101,6 +107,10 @@ def build_app(config: Config, engine: Engine) -> Starlette:
     routes = [
         Route("/v1/completions", create_completion, methods=["POST"]),
         Route("/v1/embeddings", create_embedding, methods=["POST"]),
+        Route("/v1/responses", create_response, methods=["POST"]),
+        WebSocketRoute("/v1/responses", responses_websocket),
+        Route("/v1/responses/{response_id}", get_response, methods=["GET"]),
+        Route("/v1/responses/{response_id}", delete_response, methods=["DELETE"]),
         Route("/v1/chat/completions", create_chat_completion, methods=["POST"]),
         Route("/v1/models", list_models, methods=["GET"]),
         Route("/v1/tokenize", tokenize, methods=["POST"]),

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from api.engine_client import EngineClient
 from api.errors import APIError
+from api.response_store import ResponseStore
 from engine.config import Config
 from engine.runner import Runner
 from parsers.chat_template import ChatTemplate
@@ -21,6 +22,7 @@ class ServerState:
     model_name: str
     template: ChatTemplate | None
     layout: StreamLayout = field(default_factory=StreamLayout)  # from model.response_schema
+    responses: ResponseStore = field(default_factory=lambda: ResponseStore(1000, 1 << 26, 3600))
     created: int = field(default_factory=lambda: int(time.time()))
 
     @property

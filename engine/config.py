@@ -42,6 +42,10 @@ class ServerConfig:
     max_body_bytes: int = 8 * 1024 * 1024
     max_n: int = 16
     prepare_workers: int = 4
+    responses_store_max: int = 1000  # stored Responses API responses (count)
+    responses_store_max_bytes: int = 64 * 1024 * 1024
+    responses_store_ttl: float = 3600.0  # seconds; 0 keeps them until evicted
+    websocket_history: int = 32  # responses a WebSocket connection can continue from
 
 
 @dataclass(frozen=True)

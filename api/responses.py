@@ -1,0 +1,185 @@
+"""POST/GET/DELETE /v1/responses over HTTP; the run shared with the WebSocket transport."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from api.chat import _prepare
+from api.engine_client import Generation
+from api.errors import APIError, invalid
+from api.params import Body, read_json, sampling
+from api.response_events import Event, ResponseBuilder
+from api.responses_request import ResponseRequest, parse_request
+from api.state import ServerState, new_id
+from api.tools import parse_rules
+from engine.grammar import GrammarError
+from parsers.chat_template import TemplateError
+from parsers.message_stream import MessageDelta, MessageStream
+
+
+class ResponseRun:
+    """One response: render the conversation, generate, parse, and yield its events.
+    After ``events()`` is exhausted, ``builder`` holds the response object and
+    ``conversation`` the chat messages through this response's output."""
+
+    def __init__(self, state: ServerState, req: ResponseRequest,
+                 history: list[dict[str, Any]]) -> None:
+        self.state, self.req = state, req
+        self.base = [*history, *req.input_messages]  # what later turns continue from
+        self.builder = ResponseBuilder(new_id("resp").replace("-", "_"), state.model_name,
+                                       req.echo)
+        self.conversation: list[dict[str, Any]] = list(self.base)
+        self.gen: Generation | None = None
+
+    async def events(self) -> AsyncGenerator[Event, None]:
+        state, req = self.state, self.req
+        messages = ([{"role": "system", "content": req.instructions}] if req.instructions
+                    else []) + self.base
+        if not messages:
+            raise invalid("input", "the conversation is empty")
+        body = Body({**req.chat_body, "messages": messages})
+        rules = parse_rules(body)
+        params = sampling(body, n_vocab=state.runner.n_vocab)
+        extra = {"reasoning_effort": body.data["reasoning_effort"]} \
+            if "reasoning_effort" in body.data else {}
+        try:
+            prep = await state.client.run(_prepare, state.runner, state.template, state.layout,
+                                          messages, rules, extra, params)
+        except TemplateError as exc:
+            raise APIError(str(exc), param="input", code="template_error") from None
+        except (GrammarError, ValueError) as exc:
+            raise invalid("text.format" if rules.json_mode else "tools", str(exc)) from None
+        if not req.generate:  # warm the prefix: prefill, one token, nothing reported
+            prep = dataclasses.replace(prep, params=dataclasses.replace(
+                prep.params, max_tokens=1, grammar=None, grammar_triggers=()))
+        gen = self.gen = state.client.generate([prep.prompt], prep.params, 1, param="input")
+        parser = MessageStream(state.layout, in_reasoning=prep.in_reasoning, tools=rules.tools)
+        for event in self.builder.start():
+            yield event
+        prompt_tokens = cached = completion = 0
+        finish: str | None = None
+        try:
+            async for d in gen.deltas():
+                if d.error is not None:
+                    for event in self.builder.fail(str(d.error)):
+                        yield event
+                    return
+                prompt_tokens, cached = d.prompt_tokens or prompt_tokens, d.cached_tokens
+                completion = d.completion_tokens
+                if not req.generate:
+                    finish = "stop"
+                    continue
+                new = parser.feed(d.text) if d.text else MessageDelta()
+                if d.finish_reason is not None:
+                    finish = d.finish_reason
+                    tail = parser.finish()
+                    new.reasoning += tail.reasoning
+                    new.content += tail.content
+                    new.tool_calls.extend(tail.tool_calls)
+                for event in self.builder.add(new):
+                    yield event
+        finally:
+            gen.cancel()  # no-op once finished; frees the sequence if the client left
+        message = parser.message
+        reasoning_tokens = len(state.runner.tokenize(message.reasoning, add_special=False)) \
+            if message.reasoning else 0
+        usage = {"input_tokens": prompt_tokens, "input_tokens_details": {"cached_tokens": cached},
+                 "output_tokens": completion if req.generate else 0,
+                 "output_tokens_details": {"reasoning_tokens": reasoning_tokens},
+                 "total_tokens": prompt_tokens + (completion if req.generate else 0)}
+        if message.content or message.tool_calls:
+            self.conversation.append({
+                "role": "assistant", "content": message.content or None,
+                "tool_calls": [{"id": c.id, "type": "function", "function": {
+                    "name": c.name, "arguments": c.arguments}} for c in message.tool_calls]
+                or None})
+            if self.conversation[-1]["tool_calls"] is None:
+                del self.conversation[-1]["tool_calls"]
+        for event in self.builder.finish(finish, usage):
+            yield event
+
+
+def _history(state: ServerState, previous: str | None,
+             local: dict[str, list[dict[str, Any]]] | None = None) -> list[dict[str, Any]]:
+    if previous is None:
+        return []
+    if local is not None and previous in local:
+        return local[previous]
+    stored = state.responses.get(previous)
+    if stored is None:
+        raise APIError(f"Previous response with id '{previous}' not found.",
+                       param="previous_response_id", code="previous_response_not_found")
+    return stored.conversation
+
+
+def _store(state: ServerState, run: ResponseRun) -> None:
+    if run.req.store:
+        state.responses.put(run.builder.response(), run.conversation)
+
+
+def sse_event(event: Event) -> bytes:
+    return (f"event: {event['type']}\ndata: ".encode()
+            + json.dumps(event, ensure_ascii=False).encode() + b"\n\n")
+
+
+async def create_response(request: Request) -> Response:
+    state: ServerState = request.app.state.llama
+    body = Body(await read_json(request, state.max_body_bytes))
+    state.require_generative()
+    if state.template is None:
+        raise APIError("This model has no chat template; set model.chat_template",
+                       code="no_chat_template")
+    req = parse_request(body)
+    run = ResponseRun(state, req, _history(state, req.previous_response_id))
+    events = run.events()
+    if body.boolean("stream", False):
+        first = await anext(events)  # validation errors become a 4xx before the stream
+
+        async def stream() -> AsyncIterator[bytes]:
+            try:
+                yield sse_event(first)
+                async for event in events:
+                    yield sse_event(event)
+            except APIError as exc:
+                for event in run.builder.fail(exc.message, exc.code or "server_error"):
+                    yield sse_event(event)
+            finally:
+                await events.aclose()
+                if run.gen is not None:
+                    run.gen.cancel()
+            _store(state, run)
+
+        return StreamingResponse(stream(), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache"})
+    async for _ in events:
+        pass
+    _store(state, run)
+    return JSONResponse(run.builder.response())
+
+
+def _not_found(response_id: str) -> APIError:
+    return APIError(f"No response found with id '{response_id}'.", status=404,
+                    param="response_id", code="not_found")
+
+
+async def get_response(request: Request) -> Response:
+    state: ServerState = request.app.state.llama
+    response_id = request.path_params["response_id"]
+    stored = state.responses.get(response_id)
+    if stored is None:
+        raise _not_found(response_id)
+    return JSONResponse(stored.response)
+
+
+async def delete_response(request: Request) -> Response:
+    state: ServerState = request.app.state.llama
+    response_id = request.path_params["response_id"]
+    if not state.responses.delete(response_id):
+        raise _not_found(response_id)
+    return JSONResponse({"id": response_id, "object": "response.deleted", "deleted": True})

@@ -1,0 +1,290 @@
+"""/v1/responses over HTTP (JSON and SSE) and WebSocket on the real Qwen2.5-Coder-0.5B."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import jsonschema
+import openai
+import pytest
+from openai import OpenAI
+from websockets.sync.client import connect
+
+from conftest import ServerProcess, qwen_config, start_server
+
+WEATHER: list[Any] = [{"type": "function", "name": "get_weather",
+                       "description": "Get the current weather for a city",
+                       "parameters": {"type": "object", "properties": {
+                           "city": {"type": "string"}}, "required": ["city"]}}]
+TERMINAL = ("response.completed", "response.incomplete", "response.failed", "error")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    s = start_server(qwen_config(), tmp_path_factory.mktemp("responses"))
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def client(server: ServerProcess) -> OpenAI:
+    return OpenAI(base_url=server.base_url, api_key="unused", max_retries=0, timeout=120)
+
+
+def test_create_returns_a_response_object(client: OpenAI) -> None:
+    r = client.responses.create(model="x", input="Say hello.", temperature=0,
+                                max_output_tokens=20, metadata={"run": "1"})
+    assert r.id.startswith("resp_") and r.object == "response" and r.status == "completed"
+    assert r.model == "qwen2.5-coder-0.5b-instruct" and r.metadata == {"run": "1"}
+    (item,) = r.output
+    assert item.type == "message" and item.role == "assistant" and item.status == "completed"
+    assert r.output_text and r.output_text == item.content[0].text  # type: ignore[union-attr]
+    assert r.usage is not None and r.usage.input_tokens > 5 and r.usage.output_tokens > 0
+    assert r.usage.total_tokens == r.usage.input_tokens + r.usage.output_tokens
+    assert r.usage.output_tokens_details.reasoning_tokens == 0
+    assert r.incomplete_details is None
+
+
+def sse_events(server: ServerProcess, body: dict[str, Any]) -> list[dict[str, Any]]:
+    events = []
+    with httpx.stream("POST", f"{server.base_url}/responses", json={**body, "stream": True},
+                      timeout=120) as r:
+        assert r.status_code == 200
+        name = None
+        for line in r.iter_lines():
+            if line.startswith("event: "):
+                name = line[7:]
+            elif line.startswith("data: "):
+                event = json.loads(line[6:])
+                assert event["type"] == name  # the event: line names the data's type
+                events.append(event)
+    return events
+
+
+def test_stream_event_order_and_text(server: ServerProcess, client: OpenAI) -> None:
+    events = sse_events(server, {"model": "x", "input": "Name three colors.", "temperature": 0,
+                                 "max_output_tokens": 40})
+    kinds = [e["type"] for e in events]
+    n_deltas = kinds.count("response.output_text.delta")
+    assert n_deltas >= 2
+    assert kinds == ["response.created", "response.in_progress", "response.output_item.added",
+                     "response.content_part.added", *["response.output_text.delta"] * n_deltas,
+                     "response.output_text.done", "response.content_part.done",
+                     "response.output_item.done", "response.completed"]
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
+    text = "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
+    done = next(e for e in events if e["type"] == "response.output_text.done")
+    assert text == done["text"]
+    final = events[-1]["response"]
+    assert final["status"] == "completed" and final["output"][0]["content"][0]["text"] == text
+    # the SDK reads the same stream
+    sdk_events = list(client.responses.create(model="x", input="Name three colors.",
+                                              temperature=0, max_output_tokens=40, stream=True))
+    assert [e.type for e in sdk_events] == kinds
+
+
+def test_function_tool_call_is_a_function_call_item(server: ServerProcess,
+                                                    client: OpenAI) -> None:
+    r = client.responses.create(model="x", input="What is the weather in Paris?",
+                                tools=WEATHER, temperature=0)
+    (item,) = r.output
+    assert item.type == "function_call" and item.name == "get_weather"
+    assert item.call_id.startswith("call_") and json.loads(item.arguments) == {"city": "Paris"}
+    events = sse_events(server, {"model": "x", "input": "What is the weather in Paris?",
+                                 "tools": WEATHER, "temperature": 0})
+    kinds = [e["type"] for e in events]
+    assert kinds[2:] == ["response.output_item.added", "response.function_call_arguments.delta",
+                         "response.function_call_arguments.done", "response.output_item.done",
+                         "response.completed"]
+    assert json.loads(events[-2]["item"]["arguments"]) == {"city": "Paris"}
+    # the result goes back as a function_call_output item
+    follow = client.responses.create(
+        model="x", previous_response_id=r.id, temperature=0, max_output_tokens=40,
+        tool_choice="none", tools=WEATHER,
+        input=[{"type": "function_call_output", "call_id": item.call_id,
+                "output": "18 degrees Celsius and sunny"}])
+    assert "18" in follow.output_text
+
+
+def test_previous_response_id_recalls_a_fact(client: OpenAI) -> None:
+    first = client.responses.create(model="x", temperature=0, max_output_tokens=20,
+                                    input="My name is Zorblax. Just say hi.")
+    second = client.responses.create(model="x", temperature=0, max_output_tokens=20,
+                                     input="What is my name?", previous_response_id=first.id)
+    assert "Zorblax" in second.output_text
+    assert second.previous_response_id == first.id
+    assert second.usage is not None and first.usage is not None
+    assert second.usage.input_tokens_details.cached_tokens >= first.usage.input_tokens
+
+
+def test_stored_responses_get_delete_and_404(server: ServerProcess, client: OpenAI) -> None:
+    r = client.responses.create(model="x", input="Say yes.", temperature=0, max_output_tokens=5)
+    assert client.responses.retrieve(r.id).output_text == r.output_text
+    client.responses.delete(r.id)
+    for call in (lambda: client.responses.retrieve(r.id), lambda: client.responses.delete(r.id)):
+        with pytest.raises(openai.NotFoundError) as err:
+            call()
+        assert isinstance(err.value.body, dict) and err.value.body["code"] == "not_found"
+    unstored = client.responses.create(model="x", input="Say no.", store=False,
+                                       max_output_tokens=5)
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve(unstored.id)
+    with pytest.raises(openai.BadRequestError, match="not found"):
+        client.responses.create(model="x", input="x", previous_response_id="resp_nope")
+
+
+def test_max_output_tokens_gives_incomplete(server: ServerProcess, client: OpenAI) -> None:
+    r = client.responses.create(model="x", input="Write a long story about a dragon.",
+                                temperature=0, max_output_tokens=5)
+    assert r.status == "incomplete" and r.incomplete_details is not None
+    assert r.incomplete_details.reason == "max_output_tokens"
+    events = sse_events(server, {"model": "x", "input": "Write a long story.",
+                                 "max_output_tokens": 5})
+    assert events[-1]["type"] == "response.incomplete"
+
+
+def test_json_schema_text_format(client: OpenAI) -> None:
+    schema = {"type": "object", "properties": {"city": {"type": "string"},
+                                               "population": {"type": "integer"}},
+              "required": ["city", "population"], "additionalProperties": False}
+    r = client.responses.create(model="x", input="Describe Paris.", temperature=0,
+                                max_output_tokens=60,
+                                text={"format": {"type": "json_schema", "name": "city",
+                                                 "schema": schema, "strict": True}})
+    jsonschema.validate(json.loads(r.output_text), schema)
+
+
+@pytest.mark.parametrize("body, param", [
+    ({"input": "x", "tools": [{"type": "web_search"}]}, "tools[0]"),
+    ({"input": [{"type": "image_generation_call"}]}, "input[0].type"),
+    ({"input": [{"type": "message", "role": "robot", "content": "x"}]}, "input[0].role"),
+    ({"input": 42}, "input"),
+    ({"input": "x", "text": {"format": {"type": "yaml"}}}, "text.format"),
+])
+def test_bad_requests_are_400(server: ServerProcess, body: dict[str, Any], param: str) -> None:
+    r = httpx.post(f"{server.base_url}/responses", json={"model": "x", **body}, timeout=30)
+    assert r.status_code == 400 and r.json()["error"]["param"] == param
+
+
+# -- WebSocket ----------------------------------------------------------------------------
+def ws_url(server: ServerProcess) -> str:
+    return f"ws://127.0.0.1:{server.port}/v1/responses"
+
+
+def until_done(conn: Any) -> list[Any]:
+    events = []
+    for event in conn:
+        events.append(event)
+        if event.type in TERMINAL:
+            return events
+    raise AssertionError("connection closed before the response ended")
+
+
+def test_websocket_two_turns_recall_and_reuse_the_prefix(client: OpenAI) -> None:
+    with client.responses.connect() as conn:
+        conn.response.create(model="x", temperature=0, max_output_tokens=10, store=False,
+                             instructions="You are a terse assistant.",
+                             input="Remember: the secret word is BANANA. Reply OK.")
+        first = until_done(conn)[-1]
+        assert first.type == "response.completed"
+        conn.response.create(model="x", temperature=0, max_output_tokens=10, store=False,
+                             instructions="You are a terse assistant.",
+                             input="What is the secret word?",
+                             previous_response_id=first.response.id)
+        events = until_done(conn)
+        second = events[-1].response
+        assert "BANANA" in second.output_text.upper()
+        # the second turn did not prefill the first again
+        assert second.usage.input_tokens_details.cached_tokens >= \
+            first.response.usage.input_tokens
+        assert [e.sequence_number for e in events] == list(range(len(events)))
+
+
+def test_websocket_errors_keep_the_socket_usable(server: ServerProcess) -> None:
+    with connect(ws_url(server)) as ws:
+        ws.send("{not json")
+        assert json.loads(ws.recv())["error"]["code"] == "invalid_json"
+        ws.send(json.dumps({"type": "response.cancel"}))
+        assert json.loads(ws.recv())["error"]["code"] == "unknown_event_type"
+        ws.send(json.dumps({"type": "response.create", "model": "x", "input": 42}))
+        error = json.loads(ws.recv())
+        assert error["type"] == "error" and error["error"]["param"] == "input"
+        ws.send(json.dumps({"type": "response.create", "model": "x", "input": "x",
+                            "previous_response_id": "resp_unknown"}))
+        assert json.loads(ws.recv())["error"]["code"] == "previous_response_not_found"
+        ws.send(json.dumps({"type": "response.create", "model": "x", "input": "Count to 50.",
+                            "max_output_tokens": 60, "temperature": 0}))
+        ws.send(json.dumps({"type": "response.create", "model": "x", "input": "Too soon"}))
+        kinds = []
+        while True:
+            event = json.loads(ws.recv())
+            kinds.append(event["type"] if event["type"] != "error"
+                         else event["error"]["code"])
+            if event["type"] in TERMINAL[:3]:
+                break
+        assert "response_in_progress" in kinds and kinds[-1] in TERMINAL[:2]
+        ws.send(json.dumps({"type": "response.create", "model": "x", "input": "Say OK.",
+                            "max_output_tokens": 5}))
+        while (event := json.loads(ws.recv()))["type"] not in TERMINAL:
+            pass
+        assert event["type"] in ("response.completed", "response.incomplete")
+
+
+def test_generate_false_warms_the_prefix(client: OpenAI) -> None:
+    instructions = "You answer questions about this list. " + " ".join(
+        f"Item {i} is a {['red', 'green', 'blue'][i % 3]} box." for i in range(60))
+    with client.responses.connect() as conn:
+        conn.response.create(model="x", instructions=instructions, input="Ready?",
+                             generate=False, store=False)
+        warm = until_done(conn)
+        assert warm[-1].type == "response.completed" and warm[-1].response.output == []
+        assert not any(e.type == "response.output_text.delta" for e in warm)
+        conn.response.create(model="x", instructions=instructions, input="What color is item 4?",
+                             previous_response_id=warm[-1].response.id, temperature=0,
+                             max_output_tokens=10, store=False)
+        answer = until_done(conn)[-1].response
+        # all of the warmed prompt but its "<|im_start|>assistant\n" generation prompt
+        assert answer.usage.input_tokens_details.cached_tokens >= \
+            warm[-1].response.usage.input_tokens - 3 > 500
+
+
+def test_closing_the_socket_cancels_the_response(server: ServerProcess) -> None:
+    before = server.metrics().get("llamaserve_sequences_finished_total{reason=cancelled}", 0)
+    with connect(ws_url(server)) as ws:
+        ws.send(json.dumps({"type": "response.create", "model": "x", "temperature": 0,
+                            "input": "Count from 1 to 1000, comma separated.",
+                            "max_output_tokens": 2000}))
+        while json.loads(ws.recv())["type"] != "response.output_text.delta":
+            pass
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        m = server.metrics()
+        if m.get("llamaserve_sequences_finished_total{reason=cancelled}", 0) > before:
+            break
+        time.sleep(0.1)
+    assert m["llamaserve_sequences_finished_total{reason=cancelled}"] == before + 1
+    assert m["llamaserve_requests_running"] == 0
+
+
+def test_websocket_from_another_server_config(tmp_path: Any) -> None:
+    """Connection history is bounded by server.websocket_history."""
+    cfg = qwen_config()
+    cfg["server"] = {**cfg.get("server", {}), "websocket_history": 1}
+    s = start_server(cfg, tmp_path)
+    try:
+        c = OpenAI(base_url=s.base_url, api_key="unused", max_retries=0)
+        with c.responses.connect() as conn:
+            ids = []
+            for text in ("One.", "Two."):
+                conn.response.create(model="x", input=text, max_output_tokens=3, store=False)
+                ids.append(until_done(conn)[-1].response.id)
+            conn.response.create(model="x", input="x", previous_response_id=ids[0],
+                                 store=False, max_output_tokens=3)
+            (event,) = until_done(conn)
+            assert event.type == "error" and event.error.code == "previous_response_not_found"
+    finally:
+        s.stop()
