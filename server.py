@@ -20,8 +20,12 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from typing import TYPE_CHECKING
 
 from engine.config import ConfigError, load
+
+if TYPE_CHECKING:
+    from starlette.applications import Starlette
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -36,27 +40,36 @@ def main(argv: list[str] | None = None) -> int:
         print(f"llamaserve: config error: {exc}", file=sys.stderr)
         return 2
     level = config.server.log_level.upper()
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    handlers: list[logging.Handler] = [logging.StreamHandler()]
+    if config.server.log_file:
+        handlers.append(logging.FileHandler(config.server.log_file))
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        handlers=handlers)
     if level != "DEBUG":  # llama.cpp's own info lines only with log_level debug
         logging.getLogger("llamaserve.runner").setLevel(logging.WARNING)
-
-    import uvicorn
+    host = args.host or config.server.host
+    if host not in ("127.0.0.1", "localhost", "::1") and not config.server.api_keys:
+        logging.getLogger("llamaserve.server").warning(
+            "binding to %s without an API key: anyone who can reach this port can use the "
+            "model (set server.api_key, api_keys, api_key_env or api_key_file)", host)
 
     from api.app import build_app
+    from api.lifecycle import Lifecycle, run
     from engine.core import Engine
     from engine.model_source import ModelSourceError, resolve
     from engine.runner import ModelLoadError, Runner
 
-    try:
-        path = resolve(config.model)
-        runner = Runner(path, config.model)
-        app = build_app(config, Engine(runner, config.model, disk_cache=config.disk_cache))
-    except (ModelSourceError, ModelLoadError, ValueError, OSError) as exc:
-        print(f"llamaserve: cannot start: {exc}", file=sys.stderr)
-        return 1
-    uvicorn.run(app, host=args.host or config.server.host, port=args.port or config.server.port,
-                log_level=config.server.log_level, timeout_graceful_shutdown=5)
-    return 0
+    def load_app() -> Starlette:
+        try:
+            path = resolve(config.model)
+            runner = Runner(path, config.model)
+            engine = Engine(runner, config.model, disk_cache=config.disk_cache)
+            return build_app(config, engine, manage_engine=False)
+        except (ModelSourceError, ModelLoadError, ValueError, OSError) as exc:
+            raise RuntimeError(str(exc)) from exc
+
+    return run(Lifecycle(load_app), host, args.port or config.server.port,
+               config.server.log_level, config.server.drain_timeout)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,8 @@ from collections.abc import AsyncIterator
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route, WebSocketRoute
@@ -17,6 +19,7 @@ from api.completions import create_completion
 from api.embeddings import create_embedding
 from api.engine_client import EngineClient
 from api.errors import APIError, api_error_handler, http_error_handler, unhandled_error_handler
+from api.gate import Gate, HttpMetrics
 from api.response_store import ResponseStore
 from api.responses import create_response, delete_response, get_response
 from api.responses_ws import responses_websocket
@@ -67,6 +70,8 @@ async def healthz(request: Request) -> Response:
     if not engine.alive:
         return JSONResponse({"status": "error", "reason": engine.failure or "engine stopped"},
                             status_code=503)
+    if state.gate.draining:
+        return JSONResponse({"status": "draining"}, status_code=503)
     return JSONResponse({"status": "ok", "model": state.model_name})
 
 
@@ -87,8 +92,12 @@ def load_template(config: Config, engine: Engine) -> ChatTemplate | None:
         raise ValueError(f"model.chat_template: {exc}") from exc
 
 
-def build_app(config: Config, engine: Engine) -> Starlette:
-    client = EngineClient(engine, workers=config.server.prepare_workers)
+def build_app(config: Config, engine: Engine, manage_engine: bool = True) -> Starlette:
+    """The Starlette app. With ``manage_engine`` its lifespan starts and stops the engine;
+    ``api.lifecycle`` does that itself (the model loads after the port opens)."""
+    client = EngineClient(engine, workers=config.server.prepare_workers,
+                          max_queue=config.server.max_queue,
+                          request_timeout=config.server.request_timeout)
     state = ServerState(config=config, client=client, model_name=config.model.served_name(),
                         template=load_template(config, engine), layout=load_layout(config),
                         responses=ResponseStore(config.server.responses_store_max,
@@ -98,11 +107,13 @@ def build_app(config: Config, engine: Engine) -> Starlette:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        client.start()
+        if manage_engine:
+            client.start()
         try:
             yield
         finally:
-            client.stop()
+            if manage_engine:
+                client.stop()
 
     routes = [
         Route("/v1/completions", create_completion, methods=["POST"]),
@@ -119,7 +130,17 @@ def build_app(config: Config, engine: Engine) -> Starlette:
         Route("/health", healthz, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
     ]
-    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={
+    middleware = []
+    if config.server.cors is not None:
+        cors = config.server.cors
+        middleware.append(Middleware(
+            CORSMiddleware, allow_origins=list(cors.allow_origins),
+            allow_methods=list(cors.allow_methods), allow_headers=list(cors.allow_headers),
+            allow_credentials=cors.allow_credentials))
+    middleware.append(Middleware(Gate, cfg=config.server,
+                                 metrics=HttpMetrics(engine.metrics.registry), state=state.gate))
+    app = Starlette(routes=routes, lifespan=lifespan, middleware=middleware,
+                    exception_handlers={
         APIError: api_error_handler,
         HTTPException: http_error_handler,
         Exception: unhandled_error_handler,

@@ -20,10 +20,11 @@ from api.streaming import (
     ChoiceResult,
     collect,
     error_event,
+    final_usage,
     sse,
     sse_response,
+    timeout_flag,
     unless_disconnected,
-    usage,
 )
 from api.tools import OutputRules, build_grammar, parse_rules
 from engine.grammar import GrammarError
@@ -160,13 +161,17 @@ async def create_chat_completion(request: Request) -> Response:
                         yield chunk(d.index, {"tool_calls": [{
                             "index": i, "function": {"arguments": call.arguments}}]})
                     if d.finish_reason is not None:
-                        yield chunk(d.index, {}, None,
-                                    _finish_reason(d.finish_reason, p.message))
+                        end = chunk(d.index, {}, None, _finish_reason(d.finish_reason, p.message))
+                        if d.timed_out:
+                            end = end.replace(b'"finish_reason": "length"',
+                                              b'"finish_reason": "length", "timed_out": true')
+                        yield end
             except APIError as exc:
                 yield error_event(exc)
                 return
+            u = final_usage(request.scope, state.model_name, list(results.values()), n)
             if include_usage:
-                yield sse({**base, "choices": [], "usage": usage(list(results.values()), n)})
+                yield sse({**base, "choices": [], "usage": u})
             yield DONE
 
         return sse_response(gen, chunks())
@@ -184,4 +189,5 @@ async def create_chat_completion(request: Request) -> Response:
             "finish_reason": _finish_reason(res.finish_reason, p.message),
         })
     return JSONResponse({**base, "object": "chat.completion", "choices": choices,
-                         "usage": usage(results, n)})
+                         **timeout_flag(results),
+                         "usage": final_usage(request.scope, state.model_name, results, n)})

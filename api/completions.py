@@ -17,10 +17,11 @@ from api.streaming import (
     ChoiceResult,
     collect,
     error_event,
+    final_usage,
     sse,
     sse_response,
+    timeout_flag,
     unless_disconnected,
-    usage,
 )
 from engine.request import TokenLogprob
 from engine.runner import Runner
@@ -124,13 +125,15 @@ async def create_completion(request: Request) -> Response:
                         continue
                     lp = _logprobs_json(state.runner, _generated(d.logprobs or [])) \
                         if logprobs is not None else None
+                    flag = {"timed_out": True} if d.timed_out else {}
                     yield sse({**base, "choices": [{"text": d.text, "index": d.index,
-                               "logprobs": lp, "finish_reason": d.finish_reason}]})
+                               "logprobs": lp, "finish_reason": d.finish_reason}], **flag})
             except APIError as exc:
                 yield error_event(exc)
                 return
+            u = final_usage(request.scope, state.model_name, list(results.values()), n)
             if include_usage:
-                yield sse({**base, "choices": [], "usage": usage(list(results.values()), n)})
+                yield sse({**base, "choices": [], "usage": u})
             yield DONE
 
         return sse_response(gen, chunks())
@@ -148,5 +151,6 @@ async def create_completion(request: Request) -> Response:
             lp = _logprobs_json(state.runner, pairs)
         choices.append({"text": prefix + res.text, "index": res.index, "logprobs": lp,
                         "finish_reason": res.finish_reason})
-    return JSONResponse({**base, "choices": choices, "usage": usage(results, n)})
+    return JSONResponse({**base, "choices": choices, **timeout_flag(results),
+                         "usage": final_usage(request.scope, state.model_name, results, n)})
 

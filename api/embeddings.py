@@ -10,6 +10,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from api.errors import APIError, invalid
+from api.gate import note_usage
 from api.params import Body, read_json
 from api.state import ServerState
 from engine.runner import Runner
@@ -100,5 +101,6 @@ async def create_embedding(request: Request) -> Response:
     data = [{"object": "embedding", "index": i, "embedding": e}
             for i, e in enumerate(encode(vectors, dimensions, fmt))]
     n_tokens = sum(len(t) for t in token_lists)
+    note_usage(request.scope, state.model_name, n_tokens, 0)
     return JSONResponse({"object": "list", "data": data, "model": state.model_name,
                          "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens}})

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -49,8 +50,12 @@ class Generation:
 
 
 class EngineClient:
-    def __init__(self, engine: Engine, workers: int = 4) -> None:
+    def __init__(self, engine: Engine, workers: int = 4, max_queue: int = 1 << 30,
+                 request_timeout: float = 0.0) -> None:
         self.engine = engine
+        self.max_outstanding = engine.runner.n_seq_max + max_queue
+        self.request_timeout = request_timeout
+        self.outstanding = 0  # sequences submitted and not finished (event-loop thread)
         self.executor = ThreadPoolExecutor(workers, thread_name_prefix="llamaserve-prepare")
         self.loop: asyncio.AbstractEventLoop | None = None
 
@@ -65,7 +70,17 @@ class EngineClient:
     def _publish(self, batch: list[tuple[Request, Delta]]) -> None:
         loop = self.loop
         if loop is not None and not loop.is_closed():
-            loop.call_soon_threadsafe(_dispatch, batch)
+            loop.call_soon_threadsafe(self._dispatch, batch)
+
+    def _dispatch(self, batch: list[tuple[Request, Delta]]) -> None:
+        for request, delta in batch:
+            if delta.finish_reason is not None:
+                self.outstanding -= 1
+            request.consumer.put_nowait(delta)
+
+    def cancel_all(self) -> None:
+        """Cancel every request the engine holds (the end of a drain)."""
+        self.engine.cancel_all()
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
         loop = asyncio.get_running_loop()
@@ -74,6 +89,11 @@ class EngineClient:
     def generate(self, prompts: Sequence[list[int]], params: SamplingParams, n: int,
                  param: str = "prompt") -> Generation:
         """Admission-check and submit every (prompt, choice); all or nothing."""
+        count = len(prompts) * n
+        if self.outstanding + count > self.max_outstanding:
+            raise APIError("The server is at capacity (its queue is full); retry shortly.",
+                           status=429, code="queue_full", headers={"Retry-After": "1"})
+        deadline = time.monotonic() + self.request_timeout if self.request_timeout else None
         queue: asyncio.Queue[Delta] = asyncio.Queue()
         requests = []
         for p_index, prompt in enumerate(prompts):
@@ -88,16 +108,18 @@ class EngineClient:
                         from None
                 choice = dataclasses.replace(params, seed=choice_seed(params.seed, i))
                 requests.append(Request(prompt=prompt, params=choice, max_new_tokens=max_new,
-                                        consumer=queue, index=p_index * n + i))
+                                        consumer=queue, index=p_index * n + i,
+                                        deadline=deadline))
+        self.outstanding += len(requests)
         try:
             for r in requests:
                 self.engine.submit(r)
         except EngineError as exc:
             for r in requests:
                 self.engine.cancel(r)
+            self.outstanding -= len(requests)
             raise APIError(str(exc), status=503, code="engine_unavailable") from None
         return Generation(self.engine, requests, queue)
-
 
     async def embed(self, inputs: list[list[int]]) -> np.ndarray:
         """Pooled vectors for every input (packed into batches with other requests)."""
@@ -127,8 +149,3 @@ class EngineClient:
             return await future
         finally:
             job.cancelled = True  # a client that left: later batches skip it
-
-
-def _dispatch(batch: list[tuple[Request, Delta]]) -> None:
-    for request, delta in batch:
-        request.consumer.put_nowait(delta)

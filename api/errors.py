@@ -18,8 +18,10 @@ _TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permi
 
 class APIError(Exception):
     def __init__(self, message: str, *, status: int = 400, param: str | None = None,
-                 code: str | None = None, type: str | None = None) -> None:
+                 code: str | None = None, type: str | None = None,
+                 headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
+        self.headers = headers or {}
         self.message = message
         self.status = status
         self.param = param
@@ -31,7 +33,7 @@ class APIError(Exception):
                           "param": self.param, "code": self.code}}
 
     def response(self) -> JSONResponse:
-        return JSONResponse(self.body(), status_code=self.status)
+        return JSONResponse(self.body(), status_code=self.status, headers=self.headers)
 
 
 def invalid(param: str, message: str) -> APIError:

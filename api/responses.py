@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, MutableMapping
 from typing import Any
 
 from starlette.requests import Request
@@ -13,6 +13,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from api.chat import _prepare
 from api.engine_client import Generation
 from api.errors import APIError, invalid
+from api.gate import note_usage
 from api.params import Body, read_json, sampling
 from api.response_events import Event, ResponseBuilder
 from api.responses_request import ResponseRequest, parse_request
@@ -29,8 +30,10 @@ class ResponseRun:
     ``conversation`` the chat messages through this response's output."""
 
     def __init__(self, state: ServerState, req: ResponseRequest,
-                 history: list[dict[str, Any]]) -> None:
+                 history: list[dict[str, Any]],
+                 scope: MutableMapping[str, Any] | None = None) -> None:
         self.state, self.req = state, req
+        self.scope: MutableMapping[str, Any] = scope if scope is not None else {}
         self.base = [*history, *req.input_messages]  # what later turns continue from
         self.builder = ResponseBuilder(new_id("resp").replace("-", "_"), state.model_name,
                                        req.echo)
@@ -101,6 +104,8 @@ class ResponseRun:
                 or None})
             if self.conversation[-1]["tool_calls"] is None:
                 del self.conversation[-1]["tool_calls"]
+        note_usage(self.scope, state.model_name, prompt_tokens,
+                   completion if req.generate else 0)
         for event in self.builder.finish(finish, usage):
             yield event
 
@@ -136,7 +141,7 @@ async def create_response(request: Request) -> Response:
         raise APIError("This model has no chat template; set model.chat_template",
                        code="no_chat_template")
     req = parse_request(body)
-    run = ResponseRun(state, req, _history(state, req.previous_response_id))
+    run = ResponseRun(state, req, _history(state, req.previous_response_id), request.scope)
     events = run.events()
     if body.boolean("stream", False):
         first = await anext(events)  # validation errors become a 4xx before the stream

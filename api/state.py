@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from api.engine_client import EngineClient
 from api.errors import APIError
+from api.gate import GateState
 from api.response_store import ResponseStore
 from engine.config import Config
 from engine.runner import Runner
@@ -23,6 +24,7 @@ class ServerState:
     template: ChatTemplate | None
     layout: StreamLayout = field(default_factory=StreamLayout)  # from model.response_schema
     responses: ResponseStore = field(default_factory=lambda: ResponseStore(1000, 1 << 26, 3600))
+    gate: GateState = field(default_factory=GateState)
     created: int = field(default_factory=lambda: int(time.time()))
 
     @property

@@ -13,7 +13,8 @@ from starlette.responses import StreamingResponse
 
 from api.engine_client import Generation
 from api.errors import APIError
-from engine.request import Delta, TokenLogprob
+from api.gate import note_usage
+from engine.request import Delta, RequestTimeout, TokenLogprob
 
 T = TypeVar("T")
 
@@ -76,14 +77,18 @@ class ChoiceResult:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cached_tokens: int = 0
+    timed_out: bool = False
 
     @property
     def text(self) -> str:
         return "".join(self.parts)
 
     def add(self, d: Delta) -> None:
+        if isinstance(d.error, RequestTimeout):
+            raise APIError(f"Request timed out: {d.error}", status=408, code="request_timeout")
         if d.error is not None:
             raise APIError(f"Generation failed: {d.error}", status=500, code="engine_error")
+        self.timed_out = self.timed_out or d.timed_out
         self.parts.append(d.text)
         self.tokens.extend(d.token_ids)
         if d.logprobs:
@@ -111,3 +116,15 @@ def usage(results: list[ChoiceResult], n: int) -> dict[str, Any]:
     return {"prompt_tokens": prompt, "completion_tokens": completion,
             "total_tokens": prompt + completion,
             "prompt_tokens_details": {"cached_tokens": cached}}
+
+
+def final_usage(scope: Any, model: str, results: list[ChoiceResult], n: int) -> dict[str, Any]:
+    """The usage object, also recorded for the access log."""
+    u = usage(results, n)
+    note_usage(scope, model, u["prompt_tokens"], u["completion_tokens"])
+    return u
+
+
+def timeout_flag(results: list[ChoiceResult]) -> dict[str, Any]:
+    """``{"timed_out": true}`` when server.request_timeout cut a choice short."""
+    return {"timed_out": True} if any(r.timed_out for r in results) else {}

@@ -46,6 +46,22 @@ class ServerConfig:
     responses_store_max_bytes: int = 64 * 1024 * 1024
     responses_store_ttl: float = 3600.0  # seconds; 0 keeps them until evicted
     websocket_history: int = 32  # responses a WebSocket connection can continue from
+    api_keys: tuple[str, ...] = ()  # from api_key / api_keys / api_key_env / api_key_file
+    metrics_auth: bool = False  # /metrics needs the API key too
+    cors: CorsConfig | None = None
+    max_queue: int = 256  # sequences waiting beyond the running ones; more get 429
+    request_timeout: float = 0.0  # seconds per request; 0 = off
+    rate_limit: int = 0  # requests per minute per API key (or client address); 0 = off
+    log_file: str | None = None
+    drain_timeout: float = 30.0  # seconds SIGTERM/SIGINT wait for in-flight requests
+
+
+@dataclass(frozen=True)
+class CorsConfig:
+    allow_origins: tuple[str, ...] = ()
+    allow_methods: tuple[str, ...] = ("GET", "POST", "DELETE", "OPTIONS")
+    allow_headers: tuple[str, ...] = ("Authorization", "Content-Type")
+    allow_credentials: bool = False
 
 
 @dataclass(frozen=True)
@@ -181,10 +197,44 @@ def _model(data: dict[str, Any]) -> ModelConfig:
     return ModelConfig(**values)
 
 
+def _api_keys(data: dict[str, Any]) -> tuple[str, ...]:
+    """Keys from the config itself, an environment variable, or a file (one per line)."""
+    keys = list(data.get("api_keys", []))
+    if data.get("api_key"):
+        keys.append(data["api_key"])
+    if data.get("api_key_env"):
+        value = os.environ.get(data["api_key_env"])
+        if not value:
+            raise ConfigError(f"server.api_key_env: environment variable {data['api_key_env']} "
+                              "is not set")
+        keys.extend(k.strip() for k in value.split(",") if k.strip())
+    if data.get("api_key_file"):
+        path = expand_path(data["api_key_file"])
+        try:
+            lines = Path(path).read_text("utf-8").splitlines()
+        except OSError as exc:
+            raise ConfigError(f"server.api_key_file: cannot read {path}: "
+                              f"{exc.strerror or exc}") from None
+        keys.extend(line.strip() for line in lines if line.strip() and not line.startswith("#"))
+    return tuple(keys)
+
+
+def _server(data: dict[str, Any]) -> ServerConfig:
+    values = {k: v for k, v in data.items() if k in ServerConfig.__dataclass_fields__}
+    values["api_keys"] = _api_keys(data)
+    if "cors" in data:
+        cors: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v
+                                for k, v in data["cors"].items()}
+        values["cors"] = CorsConfig(**cors)
+    if data.get("log_file"):
+        values["log_file"] = expand_path(data["log_file"])
+    return ServerConfig(**values)
+
+
 def parse(data: Any) -> Config:
     """Validate a decoded JSON document and build the Config."""
     validate(data)
-    server = ServerConfig(**data.get("server", {}))
+    server = _server(data.get("server", {}))
     model = _model(data["model"])
     disk = data.get("disk_cache")
     disk_cache = None

@@ -23,7 +23,7 @@ from engine.embedding import EmbedItem, EmbedJob, EmbedQueue
 from engine.embedding_runner import EmbeddingRunner
 from engine.metrics import EngineMetrics
 from engine.prefix_cache import PrefixCache
-from engine.request import Delta, EngineError, Request, Status, TokenLogprob
+from engine.request import Delta, EngineError, Request, RequestTimeout, Status, TokenLogprob
 from engine.runner import DECODE_NO_KV_SLOT, Runner
 from engine.scheduler import BatchItem, Scheduler, StepPlan
 
@@ -39,6 +39,10 @@ class ContextLengthExceeded(ValueError):
 @dataclass(frozen=True)
 class _Cancel:
     request: Request
+
+
+class _CancelAll:
+    pass
 
 
 class Engine:
@@ -61,7 +65,8 @@ class Engine:
         # special tokens a response parser needs as text (e.g. a tool-call marker); other
         # control tokens are never rendered
         self.render_special: frozenset[int] = frozenset()
-        self._inbox: queue.SimpleQueue[Request | EmbedJob | _Cancel | None] = queue.SimpleQueue()
+        self._inbox: queue.SimpleQueue[Request | EmbedJob | _Cancel | _CancelAll | None] = \
+            queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._stopping = False
         self.alive = False
@@ -109,7 +114,11 @@ class Engine:
     def submit(self, request: Request) -> None:
         if not self.alive:
             raise EngineError(f"engine is not running: {self.failure or 'stopped'}")
+        request.t_submit = time.monotonic()
         self._inbox.put(request)
+
+    def cancel_all(self) -> None:
+        self._inbox.put(_CancelAll())
 
     def submit_embed(self, job: EmbedJob) -> None:
         if not self.alive:
@@ -177,14 +186,43 @@ class Engine:
                     self.scheduler.add(item)
             elif isinstance(item, _Cancel) and item.request.status is not Status.FINISHED:
                 self._finish(item.request, "cancelled", out)
+            elif isinstance(item, _CancelAll):
+                for r in [*self.scheduler.running, *self.scheduler.waiting]:
+                    r.cancelled = True
+                    self._finish(r, "cancelled", out)
             try:
                 item = self._inbox.get_nowait()
             except queue.Empty:
                 return
 
+    def _expire(self, out: list[tuple[Request, Delta]]) -> None:
+        """End requests past server.request_timeout: before their first token with a
+        timeout error, after it like max_tokens (flagged)."""
+        now = time.monotonic()
+        for r in [*self.scheduler.running, *self.scheduler.waiting]:
+            if r.deadline is None or now < r.deadline:
+                continue
+            self.metrics.timeouts.inc()
+            if r.output:
+                delta = Delta(index=r.index, prompt_tokens=len(r.prompt),
+                              completion_tokens=len(r.output), cached_tokens=r.cached_tokens,
+                              timed_out=True)
+                if r.detok is not None:
+                    delta.text = r.detok.flush()
+                self._finish(r, "length", out, delta)
+            else:
+                self._fail(r, RequestTimeout("the request timed out before its first token"),
+                           out)
+
     def _step(self, out: list[tuple[Request, Delta]]) -> None:
         started = time.perf_counter()
+        self._expire(out)
+        if not self.scheduler.has_work:
+            return
         plan = self.scheduler.schedule()
+        now = time.monotonic()
+        for r in plan.admitted:
+            self.metrics.queue_seconds.observe(now - r.t_submit)
         for r in plan.preempted:
             self._finish(r, "length", out)
         if plan.items:
@@ -196,6 +234,7 @@ class Engine:
                 for item in plan.items:
                     self._fail(item.request, EngineError(f"{type(exc).__name__}: {exc}"), out)
             self.metrics.step_seconds.observe(time.perf_counter() - started)
+            self.metrics.batch_tokens.observe(plan.num_tokens)
         self.metrics.kv_cells_used.set(self.cache.cells_used())
 
     def _embed_step(self) -> None:
@@ -263,6 +302,12 @@ class Engine:
         token = self.runner.sample(r.sampler, index)
         r.output.append(token)
         self.metrics.generated_tokens.inc()
+        now = time.monotonic()
+        if len(r.output) == 1:
+            self.metrics.ttft_seconds.observe(now - r.t_submit)
+        else:
+            self.metrics.itl_seconds.observe(now - r.t_last)
+        r.t_last = now
         delta = Delta(index=r.index, token_ids=[token], completion_tokens=len(r.output),
                       prompt_tokens=len(r.prompt), cached_tokens=r.cached_tokens)
         if len(r.output) == 1 and r.params.prompt_logprobs:
@@ -294,6 +339,8 @@ class Engine:
         r.sampler = None
         r.finish_reason = reason
         self.metrics.finished.labels(reason).inc()
+        if r.t_submit:
+            self.metrics.e2e_seconds.observe(time.monotonic() - r.t_submit)
         if delta is None:
             delta = Delta(index=r.index, prompt_tokens=len(r.prompt),
                           completion_tokens=len(r.output), cached_tokens=r.cached_tokens)

@@ -70,6 +70,25 @@ class EngineMetrics:
         self.step_seconds = Histogram(
             "llamaserve_engine_step_seconds", "Wall time of one engine step.",
             buckets=(0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5), registry=r)
+        latency = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+        self.queue_seconds = Histogram(
+            "llamaserve_queue_seconds", "Time from submission to getting a sequence.",
+            buckets=latency, registry=r)
+        self.ttft_seconds = Histogram(
+            "llamaserve_time_to_first_token_seconds", "Time from submission to the first token.",
+            buckets=latency, registry=r)
+        self.itl_seconds = Histogram(
+            "llamaserve_inter_token_seconds", "Time between consecutive tokens of a sequence.",
+            buckets=(0.005, 0.01, 0.02, 0.04, 0.08, 0.15, 0.3, 0.6, 1.2, 2.5), registry=r)
+        self.e2e_seconds = Histogram(
+            "llamaserve_request_seconds", "Time from submission to the last token.",
+            buckets=latency, registry=r)
+        self.batch_tokens = Histogram(
+            "llamaserve_engine_batch_tokens", "Tokens in one llama_decode.",
+            buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048), registry=r)
+        self.timeouts = Counter(
+            "llamaserve_request_timeouts", "Sequences ended by server.request_timeout.",
+            registry=r)
         self.step_failures = Counter(
             "llamaserve_engine_step_failures", "Engine steps that raised an error.", registry=r)
         self.engine_alive = Gauge(

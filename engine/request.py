@@ -64,11 +64,16 @@ class Delta:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cached_tokens: int = 0
+    timed_out: bool = False  # ended by server.request_timeout
     error: EngineError | None = None
 
 
 class EngineError(Exception):
     """An engine-side failure delivered to a request (maps to an HTTP 500)."""
+
+
+class RequestTimeout(EngineError):
+    """The request's deadline passed before its first token (maps to an HTTP 408)."""
 
 
 _ids = itertools.count(1)
@@ -94,6 +99,9 @@ class Request:
     sampler: Any = None  # runner-owned handle
     detok: IncrementalDetokenizer | None = None
     prompt_logprobs: list[TokenLogprob | None] = field(default_factory=list)
+    deadline: float | None = None  # time.monotonic() after which the request is ended
+    t_submit: float = 0.0  # monotonic times for the latency metrics
+    t_last: float = 0.0
 
     @property
     def num_tokens(self) -> int:

@@ -30,6 +30,7 @@ class BatchItem:
 class StepPlan:
     items: list[BatchItem] = field(default_factory=list)
     preempted: list[Request] = field(default_factory=list)  # ended for lack of KV cells
+    admitted: list[Request] = field(default_factory=list)  # left the waiting queue this step
 
     @property
     def num_tokens(self) -> int:
@@ -86,6 +87,7 @@ class Scheduler:
                 break  # no free sequence or KV cells yet (or its prefix is being computed)
             self.waiting.popleft()
             head.status = Status.RUNNING
+            plan.admitted.append(head)
             self.running.append(head)
             budget -= self._add_prefill(plan, head, budget)
         return plan
