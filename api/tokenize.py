@@ -10,6 +10,7 @@ from api.messages import parse_messages, render_prompt
 from api.params import Body, read_json
 from api.state import ServerState
 from engine.runner import Runner
+from parsers.chat_template import TemplateError
 
 
 def _tokenize(runner: Runner, text: str, add_special: bool) -> list[int]:
@@ -24,8 +25,11 @@ async def tokenize(request: Request) -> Response:
     if body.has("messages"):
         if state.template is None:
             raise APIError("This model has no chat template", param="messages")
-        tokens = await state.client.run(render_prompt, state.runner, state.template,
-                                        parse_messages(body), None, {})
+        try:
+            tokens = await state.client.run(render_prompt, state.runner, state.template,
+                                            parse_messages(body), None, {})
+        except TemplateError as exc:
+            raise APIError(str(exc), param="messages", code="template_error") from None
     else:
         prompt = body.string("prompt")
         if prompt is None:
