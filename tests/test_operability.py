@@ -208,14 +208,14 @@ def test_healthz_is_503_loading_until_the_model_is_ready(tmp_path: Path) -> None
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             try:
-                r = httpx.get(f"{server.url}/healthz", timeout=2)
+                r = httpx.get(f"{server.url}/healthz", timeout=10)
             except httpx.HTTPError:
                 time.sleep(0.01)
                 continue
             seen.append((r.status_code, r.json()))
             if r.status_code == 200:
                 break
-            api = httpx.post(f"{server.base_url}/completions", json={"prompt": "x"}, timeout=2)
+            api = httpx.post(f"{server.base_url}/completions", json={"prompt": "x"}, timeout=10)
             if api.status_code == 503:
                 assert api.json()["error"]["code"] == "loading"
             time.sleep(0.01)
