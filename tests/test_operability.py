@@ -215,7 +215,8 @@ def test_healthz_is_503_loading_until_the_model_is_ready(tmp_path: Path) -> None
             seen.append((r.status_code, r.json()))
             if r.status_code == 200:
                 break
-            api = httpx.post(f"{server.base_url}/completions", json={"prompt": "x"}, timeout=10)
+            api = httpx.post(f"{server.base_url}/completions", timeout=30,
+                             json={"prompt": "x", "max_tokens": 1})
             if api.status_code == 503:
                 assert api.json()["error"]["code"] == "loading"
             time.sleep(0.01)
