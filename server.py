@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import sys
 from typing import TYPE_CHECKING
@@ -62,8 +63,14 @@ def main(argv: list[str] | None = None) -> int:
     def load_app() -> Starlette:
         try:
             path = resolve(config.model)
+            draft_path = None
+            if config.model.draft_model == "draft-model":
+                draft_path = resolve(dataclasses.replace(
+                    config.model, path=config.model.draft_model_path,
+                    from_pretrained=config.model.draft_model_from_pretrained))
             runner = Runner(path, config.model)
-            engine = Engine(runner, config.model, disk_cache=config.disk_cache)
+            engine = Engine(runner, config.model, disk_cache=config.disk_cache,
+                            draft_path=draft_path)
             return build_app(config, engine, manage_engine=False)
         except (ModelSourceError, ModelLoadError, ValueError, OSError) as exc:
             raise RuntimeError(str(exc)) from exc

@@ -18,7 +18,7 @@ import jsonschema
 
 # Fields the schema accepts (so the example server's configs load) but that this
 # version does not implement yet. Setting one is a clear start-up error.
-NOT_SUPPORTED_YET = ("loras", "mtmd", "draft_model")
+NOT_SUPPORTED_YET = ("loras", "mtmd")
 
 
 class ConfigError(ValueError):
@@ -95,6 +95,14 @@ class ModelConfig:
     type_v: str | None = None
     max_output_tokens: int | None = None
     seed: int | None = None
+    draft_model: str | None = None  # "prompt-lookup-decoding", "draft-model", "draft-mtp"
+    draft_model_num_pred_tokens: int | None = None  # longest draft (16 lookup, 6 model)
+    draft_model_max_ngram_size: int = 6  # prompt lookup: longest n-gram matched
+    draft_model_path: str | None = None
+    draft_model_from_pretrained: FromPretrained | None = None
+    draft_model_threads: int | None = None
+    draft_model_threads_batch: int | None = None
+    draft_model_min_p: float = 0.0  # draft model: stop a draft below this probability
 
     @property
     def n_threads_batch(self) -> int:
@@ -194,6 +202,14 @@ def _model(data: dict[str, Any]) -> ModelConfig:
     values["from_pretrained"] = _from_pretrained(data.get("from_pretrained"))
     if "tensor_split" in data:
         values["tensor_split"] = tuple(float(x) for x in data["tensor_split"])
+    if "draft_model_path" in data:
+        values["draft_model_path"] = expand_path(data["draft_model_path"])
+    values["draft_model_from_pretrained"] = _from_pretrained(
+        data.get("draft_model_from_pretrained"))
+    if data.get("draft_model") == "draft-model" and ("draft_model_path" in data) == (
+            "draft_model_from_pretrained" in data):
+        raise ConfigError("model.draft_model: 'draft-model' needs exactly one of "
+                          "'draft_model_path' or 'draft_model_from_pretrained'")
     return ModelConfig(**values)
 
 

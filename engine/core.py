@@ -19,12 +19,14 @@ from dataclasses import dataclass
 from engine.config import DiskCacheConfig, ModelConfig
 from engine.detokenizer import IncrementalDetokenizer
 from engine.disk_cache import DiskCache, compat_key
+from engine.draft import DraftControl, DraftState, PromptLookup, StepCost, verify
+from engine.draft_model import DraftModel
 from engine.embedding import EmbedItem, EmbedJob, EmbedQueue
 from engine.embedding_runner import EmbeddingRunner
 from engine.metrics import EngineMetrics
 from engine.prefix_cache import PrefixCache
 from engine.request import Delta, EngineError, Request, RequestTimeout, Status, TokenLogprob
-from engine.runner import DECODE_NO_KV_SLOT, Runner
+from engine.runner import DECODE_NO_KV_SLOT, ModelLoadError, Runner
 from engine.scheduler import BatchItem, Scheduler, StepPlan
 
 log = logging.getLogger("llamaserve.engine")
@@ -47,7 +49,7 @@ class _CancelAll:
 
 class Engine:
     def __init__(self, runner: Runner, cfg: ModelConfig, metrics: EngineMetrics | None = None,
-                 disk_cache: DiskCacheConfig | None = None):
+                 disk_cache: DiskCacheConfig | None = None, draft_path: str | None = None):
         self.runner = runner
         self.cfg = cfg
         self.metrics = metrics or EngineMetrics()
@@ -61,6 +63,20 @@ class Engine:
             runner.embedding_only or cfg.embedding) else None
         self.embeds = EmbedQueue(self.embedder.n_batch if self.embedder else 0,
                                  self.embedder.n_seq_max if self.embedder else 0)
+        self.lookup: PromptLookup | None = None
+        self.draft_model: DraftModel | None = None
+        default_k = 16 if cfg.draft_model == "prompt-lookup-decoding" else 6
+        self.control = DraftControl(cfg.draft_model_num_pred_tokens or default_k)
+        self.step_cost = StepCost()
+        self.draft_token_seconds = 0.0  # draft model: its time per drafted token (EMA)
+        if cfg.draft_model == "prompt-lookup-decoding":
+            self.lookup = PromptLookup(cfg.draft_model_max_ngram_size)
+        elif cfg.draft_model == "draft-model":
+            if draft_path is None:
+                raise ModelLoadError("draft_model 'draft-model' needs the draft GGUF's path")
+            self.draft_model = DraftModel(runner, cfg, draft_path)
+        elif cfg.draft_model == "draft-mtp":
+            raise ModelLoadError(mtp_unavailable(runner))
         self.publish: Publish = lambda batch: None
         # special tokens a response parser needs as text (e.g. a tool-call marker); other
         # control tokens are never rendered
@@ -92,6 +108,8 @@ class Engine:
             self.disk.close(timeout)
         if self.embedder is not None:
             self.embedder.close()
+        if self.draft_model is not None:
+            self.draft_model.close()
 
     def max_new_tokens(self, prompt_len: int, max_tokens: int | None) -> int:
         """Admission check for one sequence; raises ContextLengthExceeded."""
@@ -219,6 +237,8 @@ class Engine:
         self._expire(out)
         if not self.scheduler.has_work:
             return
+        if self.lookup is not None or self.draft_model is not None:
+            self._propose()
         plan = self.scheduler.schedule()
         now = time.monotonic()
         for r in plan.admitted:
@@ -226,6 +246,7 @@ class Engine:
         for r in plan.preempted:
             self._finish(r, "length", out)
         if plan.items:
+            decode_started = time.perf_counter()
             try:
                 self._execute(plan, out)
             except Exception as exc:
@@ -233,8 +254,10 @@ class Engine:
                 self.metrics.step_failures.inc()
                 for item in plan.items:
                     self._fail(item.request, EngineError(f"{type(exc).__name__}: {exc}"), out)
-            self.metrics.step_seconds.observe(time.perf_counter() - started)
+            now = time.perf_counter()
+            self.metrics.step_seconds.observe(now - started)
             self.metrics.batch_tokens.observe(plan.num_tokens)
+            self.step_cost.observe(plan.num_tokens, now - decode_started)
         self.metrics.kv_cells_used.set(self.cache.cells_used())
 
     def _embed_step(self) -> None:
@@ -257,6 +280,67 @@ class Engine:
         for job in self.embeds.complete(items, vectors):
             job.done(job.vectors, None)
 
+    def _propose(self) -> None:
+        """Draft tokens for every generating sequence that wants some this step."""
+        work: dict[int, tuple[list[int], int]] = {}
+        wanting: dict[int, Request] = {}
+        decoding = [r for r in self.scheduler.running if r.prefill_done and r.output]
+        ratio = self.control.ratio(self.step_cost, len(decoding), self.draft_token_seconds)
+        for r in self.scheduler.running:
+            r.draft = []
+        for r in decoding:
+            if r.cancelled:
+                continue
+            if r.draft_state is None:
+                r.draft_state = DraftState()
+            k = min(self.control.length(r.draft_state, ratio),
+                    r.max_new_tokens - len(r.output) - 1)
+            if k <= 0:
+                continue
+            if self.lookup is not None:
+                r.draft = self.lookup.propose(r.prompt, r.output, r.draft_state, k)
+            else:
+                work[r.seq_id] = ([*r.prompt, *r.output], k)
+                wanting[r.seq_id] = r
+        if self.draft_model is not None and work:
+            started = time.perf_counter()
+            try:
+                drafted = 0
+                for seq, draft in self.draft_model.propose(work).items():
+                    wanting[seq].draft = draft
+                    drafted += len(draft)
+                per = (time.perf_counter() - started) / max(drafted, 1)
+                self.draft_token_seconds = 0.9 * self.draft_token_seconds + 0.1 * per \
+                    if self.draft_token_seconds else per
+            except Exception:  # a failing drafter costs speed, never answers
+                log.exception("draft model failed; this step goes without drafts")
+
+    def _verify(self, item: BatchItem, last_index: int, out: list[tuple[Request, Delta]]) -> None:
+        """Sample every drafted position with the request's own sampler; keep tokens while
+        they equal the draft, drop the rest from the KV, emit what was accepted."""
+        r, draft = item.request, item.tokens[1:]
+        first = last_index - len(draft)
+        if not self._ensure_sampler(r, out):
+            return
+        done = len(r.output)
+
+        def stop_after(j: int, token: int) -> bool:
+            eog = self.runner.is_eog(token) and not r.params.ignore_eos
+            return eog or done + j + 1 >= r.max_new_tokens
+
+        tokens = verify(draft, lambda j: self.runner.sample(r.sampler, first + j), stop_after)
+        kept = len(tokens) - 1
+        r.num_computed = item.pos + 1 + kept
+        self.cache.trim(r, r.num_computed)
+        self.metrics.drafts.inc()
+        self.metrics.draft_tokens.inc(len(draft))
+        self.metrics.draft_accepted.inc(kept)
+        if r.draft_state is not None:
+            self.control.update(r.draft_state, len(draft), kept)
+        for j, token in enumerate(tokens):
+            if not self._emit(r, token, first + j, out):
+                return
+
     def _execute(self, plan: StepPlan, out: list[tuple[Request, Delta]]) -> None:
         status, last_index = self.runner.decode(plan.items)
         if status == DECODE_NO_KV_SLOT:
@@ -277,7 +361,9 @@ class Engine:
                     self.cache.prefill_done(r)
             if r.params.prompt_logprobs and not r.output:
                 self._prompt_logprobs(item, index)
-            if item.logits and r.status is Status.RUNNING:
+            if item.n_draft and r.status is Status.RUNNING:
+                self._verify(item, index, out)
+            elif item.logits and r.status is Status.RUNNING:
                 self._sample(r, index, out)
         self.metrics.prompt_tokens.inc(prompt_tokens)
 
@@ -291,15 +377,23 @@ class Engine:
             if nxt < len(r.prompt):
                 r.prompt_logprobs.append(self.runner.logprob(first + j, r.prompt[nxt], top))
 
-    def _sample(self, r: Request, index: int, out: list[tuple[Request, Delta]]) -> None:
+    def _ensure_sampler(self, r: Request, out: list[tuple[Request, Delta]]) -> bool:
         if r.sampler is None:
             try:
                 r.sampler = self.runner.new_sampler(r.params, r.prompt)
             except ValueError as exc:  # only this request's sampler is at fault
                 self._fail(r, EngineError(str(exc)), out)
-                return
+                return False
             r.detok = IncrementalDetokenizer(r.params.stop)
-        token = self.runner.sample(r.sampler, index)
+        return True
+
+    def _sample(self, r: Request, index: int, out: list[tuple[Request, Delta]]) -> None:
+        if self._ensure_sampler(r, out):
+            self._emit(r, self.runner.sample(r.sampler, index), index, out)
+
+    def _emit(self, r: Request, token: int, index: int,
+              out: list[tuple[Request, Delta]]) -> bool:
+        """Deliver one generated token; False once the request has finished."""
         r.output.append(token)
         self.metrics.generated_tokens.inc()
         now = time.monotonic()
@@ -321,15 +415,17 @@ class Engine:
             delta.token_ids = []
             delta.logprobs = None
             self._finish(r, "stop", out, delta)
-            return
+            return False
         delta.text = r.detok.feed(self.runner.piece(token, token in self.render_special))
         if r.detok.stopped:
             self._finish(r, "stop", out, delta)
-        elif len(r.output) >= r.max_new_tokens:
+            return False
+        if len(r.output) >= r.max_new_tokens:
             delta.text += r.detok.flush()
             self._finish(r, "length", out, delta)
-        else:
-            out.append((r, delta))
+            return False
+        out.append((r, delta))
+        return True
 
     def _finish(self, r: Request, reason: str, out: list[tuple[Request, Delta]],
                 delta: Delta | None = None, keep_kv: bool = True) -> None:
@@ -353,3 +449,16 @@ class Engine:
         delta = Delta(index=r.index, error=error, prompt_tokens=len(r.prompt),
                       completion_tokens=len(r.output))
         self._finish(r, "error", out, delta, keep_kv=False)
+
+
+def mtp_unavailable(runner: Runner) -> str:
+    """Why ``draft-mtp`` cannot run with this model and this llama.cpp build."""
+    arch = runner.meta("general.architecture") or ""
+    layers = runner.meta(f"{arch}.nextn_predict_layers")
+    if not layers or layers == "0":
+        return (f"draft_model 'draft-mtp' needs a model with MTP (next-token prediction) "
+                f"layers; this {arch or 'model'} GGUF has none "
+                f"({arch}.nextn_predict_layers is missing)")
+    return ("draft_model 'draft-mtp': this model has MTP layers, but MTP drafting is not "
+            "implemented in this version of llamaserve; use 'prompt-lookup-decoding' or "
+            "'draft-model'")

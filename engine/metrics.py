@@ -89,6 +89,24 @@ class EngineMetrics:
         self.timeouts = Counter(
             "llamaserve_request_timeouts", "Sequences ended by server.request_timeout.",
             registry=r)
+        self.drafts = Counter(
+            "llamaserve_drafts", "Draft proposals verified (one per sequence and step).",
+            registry=r)
+        self.draft_tokens = Counter(
+            "llamaserve_draft_tokens_proposed", "Draft tokens proposed.", registry=r)
+        self.draft_accepted = Counter(
+            "llamaserve_draft_tokens_accepted", "Draft tokens accepted by verification.",
+            registry=r)
+        self.draft_acceptance = Gauge(
+            "llamaserve_draft_acceptance_rate", "Accepted / proposed draft tokens (cumulative).",
+            registry=r)
+        self.draft_mean_accepted = Gauge(
+            "llamaserve_draft_mean_accepted_length", "Accepted tokens per draft (cumulative).",
+            registry=r)
+        self.draft_acceptance.set_function(
+            lambda: self.draft_accepted._value.get() / max(self.draft_tokens._value.get(), 1))
+        self.draft_mean_accepted.set_function(
+            lambda: self.draft_accepted._value.get() / max(self.drafts._value.get(), 1))
         self.step_failures = Counter(
             "llamaserve_engine_step_failures", "Engine steps that raised an error.", registry=r)
         self.engine_alive = Gauge(

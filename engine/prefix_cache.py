@@ -253,6 +253,16 @@ class PrefixCache:
         slot.tokens.extend(tokens)
         self.ledger.append(r.seq_id, len(tokens))
 
+    def trim(self, r: Request, n: int) -> None:
+        """Keep the first ``n`` tokens of ``r``'s sequence (rejected draft tokens go)."""
+        slot = self.slots[r.seq_id]
+        if n >= len(slot.tokens):
+            return
+        if not self.kv.seq_trim(slot.seq_id, n):
+            raise RuntimeError("llama.cpp cannot remove rejected draft tokens from this memory")
+        self.ledger.truncate(slot.seq_id, n)
+        del slot.tokens[n:]
+
     def prefill_done(self, r: Request) -> None:
         """The sequence holds exactly the prompt: save it to disk if that is worth it."""
         self._save(self.slots[r.seq_id])

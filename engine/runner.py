@@ -338,13 +338,41 @@ class Runner:
                 tok[n : n + k] = item.tokens
                 pos[n : n + k] = b.arange[:k] + item.pos
                 seq[n : n + k] = sid
-                out[n : n + k] = item.request.params.prompt_logprobs
-                out[n + k - 1] = item.logits or item.request.params.prompt_logprobs
+                every = item.request.params.prompt_logprobs or item.n_draft > 0
+                out[n : n + k] = every
+                out[n + k - 1] = item.logits or every
             n += k
             last.append(n - 1)
         b.batch.n_tokens = n
         status = int(L.llama_decode(self.ctx, b.batch))
         return status, last
+
+    def decode_tokens(self, entries: Sequence[tuple[int, Sequence[int], int]]
+                      ) -> tuple[int, list[int]]:
+        """Decode (seq, tokens, first position) entries in one batch, logits at each
+        entry's last token (the draft model's path). Returns (status, last indices)."""
+        b = self._batch
+        n = 0
+        last = []
+        for seq, tokens, pos in entries:
+            k = len(tokens)
+            b.tok[n : n + k] = tokens
+            b.pos[n : n + k] = b.arange[:k] + pos
+            b.seq[n : n + k] = seq
+            b.out[n : n + k] = 0
+            b.out[n + k - 1] = 1
+            n += k
+            last.append(n - 1)
+        b.batch.n_tokens = n
+        return int(L.llama_decode(self.ctx, b.batch)), last
+
+    def argmax(self, batch_index: int) -> tuple[int, float]:
+        """The most likely next token and its probability."""
+        ptr = L.llama_get_logits_ith(self.ctx, batch_index)
+        logits = np.ctypeslib.as_array(ptr, shape=(self.n_vocab,))
+        token = int(logits.argmax())
+        peak = float(logits[token])
+        return token, 1.0 / float(np.exp(logits - peak, dtype=np.float64).sum())
 
     # -- sequences (engine.prefix_cache.KvOps) ----------------------------------------
     def seq_clear(self, seq: int) -> None:

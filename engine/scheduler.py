@@ -24,6 +24,7 @@ class BatchItem:
     tokens: list[int]
     pos: int  # position of tokens[0] in the sequence
     logits: bool  # sample after this item (last chunk of prompt, or a decode token)
+    n_draft: int = 0  # proposed tokens after the pending one (logits for every position)
 
 
 @dataclass
@@ -72,10 +73,15 @@ class Scheduler:
     def schedule(self) -> StepPlan:
         plan = StepPlan(preempted=self._preempt())
         budget = self.n_batch
-        for r in self.running:
-            if r.prefill_done:
-                plan.items.append(BatchItem(r, r.next_tokens(1), r.num_computed, True))
-                budget -= 1
+        decoding = [r for r in self.running if r.prefill_done]
+        budget -= len(decoding)
+        room = self.kv_capacity - self.cache.cells_used() - self._pending_prefill() - len(decoding)
+        for r in decoding:  # drafts ride along while the batch and the KV have room
+            draft = r.draft[:max(0, min(budget, room))] if r.draft else []
+            budget -= len(draft)
+            room -= len(draft)
+            plan.items.append(BatchItem(r, [*r.next_tokens(1), *draft], r.num_computed, True,
+                                        len(draft)))
         for r in self.running:
             if budget <= 0:
                 break

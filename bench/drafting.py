@@ -1,0 +1,196 @@
+"""Draft decoding side by side: tokens/s end to end (prefill included), with and without.
+
+  (a) code edit, prompt lookup: Qwen2.5-Coder-0.5B gets a 60-line function and returns it
+      with one change (target ≥ 1.8×);
+  (b) code generation, draft model: Qwen2.5-Coder-1.5B drafted by Qwen2.5-Coder-0.5B
+      (target ≥ 1.3×);
+  (c) prose, prompt lookup: a free-form story where drafts rarely hit (target ≥ 0.95×).
+
+Each task runs as 1 stream and as 8 concurrent streams, greedy, once without drafting and
+once with; the texts must be identical. One server at a time, 2 threads.
+
+    python bench/drafting.py [--tasks a,b,c]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from conftest import qwen_config, start_server  # noqa: E402
+from fetch_models import model_path  # noqa: E402
+from load import print_table  # noqa: E402
+
+FUNCTION = '''def summarize_orders(orders, currency="EUR", include_refunds=False):
+    """Aggregate a list of order dicts into per-customer totals."""
+    totals = {}
+    counts = {}
+    refunds = {}
+    skipped = 0
+    for order in orders:
+        customer = order.get("customer")
+        if customer is None:
+            skipped += 1
+            continue
+        amount = order.get("amount", 0.0)
+        if order.get("currency", currency) != currency:
+            rate = order.get("rate")
+            if rate is None:
+                skipped += 1
+                continue
+            amount = amount * rate
+        status = order.get("status", "paid")
+        if status == "refunded":
+            refunds[customer] = refunds.get(customer, 0.0) + amount
+            if not include_refunds:
+                continue
+            amount = -amount
+        elif status == "cancelled":
+            skipped += 1
+            continue
+        totals[customer] = totals.get(customer, 0.0) + amount
+        counts[customer] = counts.get(customer, 0) + 1
+    report = []
+    for customer in sorted(totals):
+        total = round(totals[customer], 2)
+        count = counts[customer]
+        average = round(total / count, 2) if count else 0.0
+        refunded = round(refunds.get(customer, 0.0), 2)
+        report.append({
+            "customer": customer,
+            "total": total,
+            "orders": count,
+            "average": average,
+            "refunded": refunded,
+            "currency": currency,
+        })
+    largest = None
+    for row in report:
+        if largest is None or row["total"] > largest["total"]:
+            largest = row
+    summary = {
+        "customers": len(report),
+        "skipped": skipped,
+        "grand_total": round(sum(row["total"] for row in report), 2),
+        "largest": largest["customer"] if largest else None,
+    }
+    if not report:
+        summary["note"] = "no orders"
+    return {
+        "rows": report,
+        "summary": summary,
+    }
+'''
+RENAMES = [("skipped", "ignored"), ("totals", "sums"), ("counts", "tallies"),
+           ("refunds", "returns"), ("report", "rows_out"), ("largest", "biggest"),
+           ("average", "mean"), ("summary", "overview")]
+TOPICS = ["a lighthouse keeper", "a lost violin", "a city of bridges", "a comet", "an orchard",
+          "a quiet harbor", "a typewriter", "a glacier"]
+
+
+def edit_prompt(i: int) -> list[dict[str, str]]:
+    old, new = RENAMES[i % len(RENAMES)]
+    return [{"role": "user", "content": (
+        f"Here is a Python function:\n\n```python\n{FUNCTION}```\n\nRename the variable "
+        f"`{old}` to `{new}` everywhere in it. Reply with the complete updated function in "
+        "one code block and nothing else.")}]
+
+
+def codegen_prompt(i: int) -> list[dict[str, str]]:
+    tasks = ["a binary search tree with insert, delete and in-order traversal",
+             "an LRU cache class with get and put", "a tokenizer for arithmetic expressions",
+             "a function that merges overlapping intervals", "a min-heap class",
+             "a CSV parser that handles quoted fields", "Dijkstra's shortest path algorithm",
+             "a trie with insert, search and starts_with"]
+    return [{"role": "user", "content": f"Write Python code for {tasks[i % len(tasks)]}, "
+                                        "with docstrings and type hints."}]
+
+
+def prose_prompt(i: int) -> list[dict[str, str]]:
+    return [{"role": "user", "content": f"Write a short, original story about "
+                                        f"{TOPICS[i % len(TOPICS)]}. Use vivid, varied prose."}]
+
+
+def run(url: str, prompts: list[list[dict[str, str]]], max_tokens: int) -> tuple[float, list[str],
+                                                                                    int]:
+    def one(messages: list[dict[str, str]]) -> tuple[str, int]:
+        r = httpx.post(f"{url}/v1/chat/completions", timeout=1200, json={
+            "model": "x", "messages": messages, "temperature": 0, "max_tokens": max_tokens})
+        r.raise_for_status()
+        body = r.json()
+        return body["choices"][0]["message"]["content"], body["usage"]["completion_tokens"]
+
+    start = time.perf_counter()
+    with ThreadPoolExecutor(len(prompts)) as pool:
+        results = list(pool.map(one, prompts))
+    elapsed = time.perf_counter() - start
+    tokens = sum(n for _, n in results)
+    return tokens / elapsed, [t for t, _ in results], tokens
+
+
+def measure(cfg: dict[str, Any], tmp: Path, prompt: Any, max_tokens: int
+            ) -> dict[int, tuple[float, list[str], dict[str, float]]]:
+    server = start_server(cfg, tmp)
+    out = {}
+    try:
+        run(server.url, [prompt(99)], 8)  # warm-up
+        for streams in (1, 8):
+            before = server.metrics()
+            tps, texts, _ = run(server.url, [prompt(i) for i in range(streams)], max_tokens)
+            after = server.metrics()
+            stats = {k: after.get(k, 0) - before.get(k, 0) for k in (
+                "llamaserve_draft_tokens_proposed_total", "llamaserve_draft_tokens_accepted_total")}
+            out[streams] = (tps, texts, stats)
+    finally:
+        server.stop()
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tasks", default="a,b,c")
+    args = ap.parse_args()
+    tasks = {
+        "a": ("code edit, prompt lookup (0.5B)", {}, {"draft_model": "prompt-lookup-decoding"},
+              edit_prompt, 900),
+        "b": ("code gen, draft model (1.5B ← 0.5B)",
+              {"path": str(model_path("qwen-1.5b")), "alias": "x"},
+              {"path": str(model_path("qwen-1.5b")), "alias": "x", "draft_model": "draft-model",
+               "draft_model_path": str(model_path("qwen-0.5b"))}, codegen_prompt, 256),
+        "c": ("prose, prompt lookup (0.5B)", {}, {"draft_model": "prompt-lookup-decoding"},
+              prose_prompt, 256),
+    }
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for key in args.tasks.split(","):
+            name, base, drafted, prompt, max_tokens = tasks[key]
+            plain = measure(qwen_config(n_seq_max=8, n_ctx=16384, **base), Path(tmp), prompt,
+                            max_tokens)
+            fast = measure(qwen_config(n_seq_max=8, n_ctx=16384, **drafted), Path(tmp), prompt,
+                           max_tokens)
+            for streams in (1, 8):
+                p, f = plain[streams], fast[streams]
+                proposed = f[2]["llamaserve_draft_tokens_proposed_total"]
+                accepted = f[2]["llamaserve_draft_tokens_accepted_total"]
+                rows.append({"task": name, "streams": streams, "plain tok/s": round(p[0], 1),
+                             "drafted tok/s": round(f[0], 1), "speedup": round(f[0] / p[0], 2),
+                             "accepted": f"{accepted:g}/{proposed:g}",
+                             "identical": p[1] == f[1]})
+                print(json.dumps(rows[-1]), file=sys.stderr)
+    print_table(rows)
+
+
+if __name__ == "__main__":
+    main()

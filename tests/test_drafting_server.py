@@ -1,0 +1,128 @@
+"""Draft decoding on real models: the same greedy answers, valid sampled and constrained ones."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+from openai import OpenAI
+
+from conftest import ROOT, ServerProcess, gemma_config, qwen_config, require_model, start_server
+
+CODE = "\n".join(f"def area_{i}(width, height):\n    return width * height + {i}\n"
+                 for i in range(8))
+NEAR_TIE = 0.5
+
+
+def prompt(i: int) -> list[Any]:
+    return [{"role": "user", "content": f"Copy this code exactly, then add a one-line comment "
+                                        f"`# version {i}` at the top:\n```python\n{CODE}```"}]
+
+
+def answer(client: OpenAI, i: int, **kwargs: Any) -> tuple[list[str], list[float]]:
+    r = client.chat.completions.create(model="x", messages=prompt(i), max_tokens=160,
+                                       logprobs=True, top_logprobs=2, **kwargs)
+    content = r.choices[0].logprobs.content or []  # type: ignore[union-attr]
+    return ([e.token for e in content],
+            [e.top_logprobs[0].logprob - e.top_logprobs[1].logprob for e in content])
+
+
+def same_greedy(a: tuple[list[str], list[float]], b: tuple[list[str], list[float]]) -> None:
+    """Token for token, up to the first near-tie (llama.cpp's CPU kernels give slightly
+    different logits for different batch shapes; a flip is only allowed at a near-tie)."""
+    for i, (x, y) in enumerate(zip(a[0], b[0], strict=False)):
+        if x != y:
+            assert b[1][i] < NEAR_TIE, (i, x, y, "".join(a[0]), "".join(b[0]))
+            return
+        if b[1][i] < NEAR_TIE:
+            return
+    assert a[0] == b[0]
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory
+              ) -> Iterator[dict[int, tuple[list[str], list[float]]]]:
+    server = start_server(qwen_config(n_seq_max=8), tmp_path_factory.mktemp("nodraft"))
+    try:
+        client = OpenAI(base_url=server.base_url, api_key="unused", max_retries=0)
+        yield {i: answer(client, i, temperature=0) for i in range(8)}
+    finally:
+        server.stop()
+
+
+MODES = {
+    "prompt-lookup": {"draft_model": "prompt-lookup-decoding"},
+    # the 0.5B model drafting for itself: the same vocabulary, and fast enough for CI
+    "draft-model": {"draft_model": "draft-model", "draft_model_num_pred_tokens": 4},
+}
+
+
+@pytest.fixture(scope="module", params=list(MODES))
+def drafted(request: pytest.FixtureRequest,
+            tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    extra = dict(MODES[request.param])
+    if extra["draft_model"] == "draft-model":
+        extra["draft_model_path"] = require_model("qwen-0.5b")
+    server = start_server(qwen_config(n_seq_max=8, **extra),
+                          tmp_path_factory.mktemp(f"draft-{request.param}"))
+    yield server
+    server.stop()
+
+
+def test_greedy_output_is_unchanged_single_and_8_concurrent(
+        drafted: ServerProcess, reference: dict[int, tuple[list[str], list[float]]]) -> None:
+    client = OpenAI(base_url=drafted.base_url, api_key="unused", max_retries=0, timeout=300)
+    same_greedy(reference[0], answer(client, 0, temperature=0))
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(lambda i: answer(client, i, temperature=0), range(8)))
+    for i, result in enumerate(results):
+        same_greedy(reference[i], result)
+    m = drafted.metrics()
+    # prompt lookup on a copy task drafts a lot; a draft model as large as the target
+    # is not worth its cost once the engine has measured it, so it stops drafting early
+    least = 100 if "prompt" in drafted.log_path.parent.name else 0
+    assert m["llamaserve_draft_tokens_accepted_total"] > least
+    assert 0 < m["llamaserve_draft_acceptance_rate"] <= 1
+    assert m["llamaserve_requests_running"] == 0
+
+
+def test_seeded_sampling_with_drafts_is_valid_and_repeatable(drafted: ServerProcess) -> None:
+    client = OpenAI(base_url=drafted.base_url, api_key="unused", max_retries=0, timeout=300)
+    runs = [client.chat.completions.create(model="x", messages=prompt(3), max_tokens=80,
+                                           temperature=0.9, top_p=0.95, seed=1234)
+            for _ in range(2)]
+    assert runs[0].choices[0].message.content == runs[1].choices[0].message.content
+    assert runs[0].choices[0].message.content and runs[0].usage is not None
+    assert runs[0].choices[0].finish_reason in ("stop", "length")
+
+
+def test_json_schema_with_drafts_stays_valid(drafted: ServerProcess) -> None:
+    client = OpenAI(base_url=drafted.base_url, api_key="unused", max_retries=0, timeout=300)
+    schema = {"type": "object", "properties": {
+        "functions": {"type": "array", "items": {"type": "string"}, "maxItems": 8},
+        "count": {"type": "integer"}}, "required": ["functions", "count"]}
+    r = client.chat.completions.create(
+        model="x", temperature=0, max_tokens=200, messages=prompt(1),
+        response_format={"type": "json_schema", "json_schema": {"name": "f", "schema": schema}})
+    jsonschema.validate(json.loads(r.choices[0].message.content or ""), schema)
+
+
+def test_bad_draft_setups_fail_at_start(tmp_path: Path) -> None:
+    for extra, message in (
+            ({"draft_model": "draft-model", "draft_model_path": require_model("gemma")},
+             "does not share the target model's vocabulary"),
+            ({"draft_model": "draft-mtp"}, "needs a model with MTP")):
+        cfg = qwen_config(**extra)
+        path = tmp_path / "bad.json"
+        path.write_text(json.dumps(cfg))
+        proc = subprocess.run([sys.executable, str(ROOT / "server.py"), "-C", str(path),
+                               "--port", "0"], capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 1 and message in proc.stderr, proc.stderr[-2000:]
+    assert gemma_config()  # (the Gemma file exists: fetched by the test run)
