@@ -57,6 +57,20 @@ def _prepare(runner: Runner, template: ChatTemplate, layout: StreamLayout,
     return Prepared(tokens, params, in_reasoning)
 
 
+async def prepare(state: ServerState, messages: list[dict[str, Any]], rules: OutputRules,
+                  extra: dict[str, Any], params: SamplingParams, *, messages_param: str,
+                  format_param: str) -> Prepared:
+    """``_prepare`` on the pool; template and grammar problems become 400s naming the
+    request's own fields (chat and Responses name them differently)."""
+    try:
+        return await state.client.run(_prepare, state.runner, state.template, state.layout,
+                                      messages, rules, extra, params)
+    except TemplateError as exc:
+        raise APIError(str(exc), param=messages_param, code="template_error") from None
+    except (GrammarError, ValueError) as exc:
+        raise invalid(format_param if rules.json_mode else "tools", str(exc)) from None
+
+
 def _logprobs_json(runner: Runner, entries: list[TokenLogprob]) -> dict[str, Any]:
     def item(token: int, lp: float) -> dict[str, Any]:
         raw = runner.piece(token)
@@ -107,13 +121,8 @@ async def create_chat_completion(request: Request) -> Response:
     params = sampling(body, n_vocab=state.runner.n_vocab,
                       max_tokens_field="max_completion_tokens",
                       logprobs=(top or 0) if want_logprobs else None)
-    try:
-        prep = await state.client.run(_prepare, state.runner, state.template, state.layout,
-                                      messages, rules, extra, params)
-    except TemplateError as exc:
-        raise APIError(str(exc), param="messages", code="template_error") from None
-    except (GrammarError, ValueError) as exc:
-        raise invalid("response_format" if rules.json_mode else "tools", str(exc)) from None
+    prep = await prepare(state, messages, rules, extra, params, messages_param="messages",
+                         format_param="response_format")
     gen = state.client.generate([prep.prompt], prep.params, n, param="messages")
     cid, created = new_id("chatcmpl"), int(time.time())
     base = {"id": cid, "object": "chat.completion.chunk", "created": created,

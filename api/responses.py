@@ -10,7 +10,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from api.chat import _prepare
+from api.chat import prepare
 from api.engine_client import Generation
 from api.errors import APIError, invalid
 from api.gate import note_usage
@@ -19,8 +19,6 @@ from api.response_events import Event, ResponseBuilder
 from api.responses_request import ResponseRequest, parse_request
 from api.state import ServerState, new_id
 from api.tools import parse_rules
-from engine.grammar import GrammarError
-from parsers.chat_template import TemplateError
 from parsers.message_stream import MessageDelta, MessageStream
 
 
@@ -51,13 +49,8 @@ class ResponseRun:
         params = sampling(body, n_vocab=state.runner.n_vocab)
         extra = {"reasoning_effort": body.data["reasoning_effort"]} \
             if "reasoning_effort" in body.data else {}
-        try:
-            prep = await state.client.run(_prepare, state.runner, state.template, state.layout,
-                                          messages, rules, extra, params)
-        except TemplateError as exc:
-            raise APIError(str(exc), param="input", code="template_error") from None
-        except (GrammarError, ValueError) as exc:
-            raise invalid("text.format" if rules.json_mode else "tools", str(exc)) from None
+        prep = await prepare(state, messages, rules, extra, params, messages_param="input",
+                             format_param="text.format")
         if not req.generate:  # warm the prefix: prefill, one token, nothing reported
             prep = dataclasses.replace(prep, params=dataclasses.replace(
                 prep.params, max_tokens=1, grammar=None, grammar_triggers=()))

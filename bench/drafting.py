@@ -96,6 +96,7 @@ FUNCTION = '''def summarize_orders(orders, currency="EUR", include_refunds=False
 RENAMES = [("skipped", "ignored"), ("totals", "sums"), ("counts", "tallies"),
            ("refunds", "returns"), ("report", "rows_out"), ("largest", "biggest"),
            ("average", "mean"), ("summary", "overview")]
+ROUNDS = 2
 TOPICS = ["a lighthouse keeper", "a lost violin", "a city of bridges", "a comet", "an orchard",
           "a quiet harbor", "a typewriter", "a glacier"]
 
@@ -147,12 +148,19 @@ def measure(cfg: dict[str, Any], tmp: Path, prompt: Any, max_tokens: int
     try:
         run(server.url, [prompt(99)], 8)  # warm-up
         for streams in (1, 8):
-            before = server.metrics()
-            tps, texts, _ = run(server.url, [prompt(i) for i in range(streams)], max_tokens)
-            after = server.metrics()
-            stats = {k: after.get(k, 0) - before.get(k, 0) for k in (
-                "llamaserve_draft_tokens_proposed_total", "llamaserve_draft_tokens_accepted_total")}
-            out[streams] = (tps, texts, stats)
+            best = None
+            for _ in range(ROUNDS):  # this machine's speed drifts: keep the best round
+                before = server.metrics()
+                tps, texts, _ = run(server.url, [prompt(i) for i in range(streams)],
+                                    max_tokens)
+                after = server.metrics()
+                stats = {k: after.get(k, 0) - before.get(k, 0) for k in (
+                    "llamaserve_draft_tokens_proposed_total",
+                    "llamaserve_draft_tokens_accepted_total")}
+                if best is None or tps > best[0]:
+                    best = (tps, texts, stats)
+            assert best is not None
+            out[streams] = best
     finally:
         server.stop()
     return out
@@ -161,7 +169,10 @@ def measure(cfg: dict[str, Any], tmp: Path, prompt: Any, max_tokens: int
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tasks", default="a,b,c")
+    ap.add_argument("--rounds", type=int, default=2)
     args = ap.parse_args()
+    global ROUNDS
+    ROUNDS = args.rounds
     tasks = {
         "a": ("code edit, prompt lookup (0.5B)", {}, {"draft_model": "prompt-lookup-decoding"},
               edit_prompt, 900),

@@ -55,10 +55,10 @@ class ServerProcess:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
 
-    def metrics(self) -> dict[str, float]:
+    def metrics(self, headers: dict[str, str] | None = None) -> dict[str, float]:
         from prometheus_client.parser import text_string_to_metric_families
 
-        text = httpx.get(f"{self.url}/metrics", timeout=10).text
+        text = httpx.get(f"{self.url}/metrics", headers=headers, timeout=10).text
         out: dict[str, float] = {}
         for family in text_string_to_metric_families(text):
             for sample in family.samples:

@@ -98,15 +98,7 @@ def test_access_log_and_metrics(guarded: ServerProcess, tmp_path: Path) -> None:
 
 
 def guarded_metrics(server: ServerProcess) -> dict[str, float]:
-    from prometheus_client.parser import text_string_to_metric_families
-
-    text = httpx.get(f"{server.url}/metrics", headers=auth(), timeout=10).text
-    out: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            labels = ",".join(f"{k}={v}" for k, v in sorted(s.labels.items()))
-            out[f"{s.name}{{{labels}}}" if labels else s.name] = s.value
-    return out
+    return server.metrics(headers=auth())
 
 
 def test_rate_limit_per_key(tmp_path: Path) -> None:
