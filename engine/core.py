@@ -257,7 +257,10 @@ class Engine:
             now = time.perf_counter()
             self.metrics.step_seconds.observe(now - started)
             self.metrics.batch_tokens.observe(plan.num_tokens)
-            self.step_cost.observe(plan.num_tokens, now - decode_started)
+            if all(item.pos >= len(item.request.prompt) for item in plan.items):
+                # decode steps only: prefill chunks are cheaper per token than the drafted
+                # tokens this model prices
+                self.step_cost.observe(plan.num_tokens, now - decode_started)
         self.metrics.kv_cells_used.set(self.cache.cells_used())
 
     def _embed_step(self) -> None:
@@ -303,8 +306,11 @@ class Engine:
                 work[r.seq_id] = ([*r.prompt, *r.output], k)
                 wanting[r.seq_id] = r
         if self.draft_model is not None and work:
-            started = time.perf_counter()
             try:
+                # catching up with the target (prompts, accepted tokens) is not the price
+                # of a drafted token; only the drafting loop is
+                self.draft_model.sync({seq: history for seq, (history, _) in work.items()})
+                started = time.perf_counter()
                 drafted = 0
                 for seq, draft in self.draft_model.propose(work).items():
                     wanting[seq].draft = draft

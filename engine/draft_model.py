@@ -37,7 +37,7 @@ class DraftModel:
     def close(self) -> None:
         self.runner.close()
 
-    def _sync(self, work: dict[int, list[int]]) -> None:
+    def sync(self, work: dict[int, list[int]]) -> None:
         """Make each sequence hold ``work[seq]`` minus its last token (fed next)."""
         feeds: dict[int, tuple[list[int], int]] = {}
         for seq, history in work.items():
@@ -76,8 +76,7 @@ class DraftModel:
 
     def propose(self, work: dict[int, tuple[list[int], int]]) -> dict[int, list[int]]:
         """``work``: seq -> (target history including the pending token, draft length).
-        Returns seq -> proposed tokens."""
-        self._sync({seq: history for seq, (history, _) in work.items()})
+        Returns seq -> proposed tokens. Call ``sync`` with the same histories first."""
         drafts: dict[int, list[int]] = {seq: [] for seq in work}
         active = {seq: history[-1] for seq, (history, k) in work.items() if k > 0}
         step = 0
