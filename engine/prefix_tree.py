@@ -114,10 +114,10 @@ class PrefixTree(Generic[K]):
                 only.parent = parent
                 parent.children[only.edge[0]] = only
 
-    def common_prefixes(self, tokens: Sequence[int]) -> dict[K, int]:
-        """Every stored key -> length of its common prefix with ``tokens``."""
-        found: dict[K, int] = {}
-        trail: list[tuple[_Node[K], int]] = [(self.root, 0)]
+    def _path(self, tokens: Sequence[int]) -> list[tuple[_Node[K], int, bool]]:
+        """The nodes ``tokens`` walks through: (node, depth reached, whole edge matched);
+        only the last may be matched partway."""
+        path: list[tuple[_Node[K], int, bool]] = [(self.root, 0, True)]
         node, i = self.root, 0
         while i < len(tokens):
             child = node.children.get(tokens[i])
@@ -125,28 +125,21 @@ class PrefixTree(Generic[K]):
                 break
             m = _common(child.edge, tokens, i)
             i += m
-            trail.append((child, i))
+            path.append((child, i, m == len(child.edge)))
             if m < len(child.edge):
                 break
             node = child
-        for n, depth in reversed(trail):
-            for key in n.keys:
+        return path
+
+    def common_prefixes(self, tokens: Sequence[int]) -> dict[K, int]:
+        """Every stored key -> length of its common prefix with ``tokens``."""
+        found: dict[K, int] = {}
+        for node, depth, _ in reversed(self._path(tokens)):
+            for key in node.keys:
                 found.setdefault(key, depth)
         return found
 
     def stored_prefixes(self, tokens: Sequence[int]) -> list[tuple[int, K]]:
         """Stored sequences that are a prefix of ``tokens``: (length, key), longest first."""
-        hits: list[tuple[int, K]] = [(0, k) for k in self.root.ends]
-        node, i = self.root, 0
-        while i < len(tokens):
-            child = node.children.get(tokens[i])
-            if child is None:
-                break
-            m = _common(child.edge, tokens, i)
-            if m < len(child.edge):
-                break
-            i += m
-            node = child
-            hits.extend((i, k) for k in node.ends)
-        hits.reverse()
-        return hits
+        return [(depth, key) for node, depth, whole in reversed(self._path(tokens)) if whole
+                for key in node.ends]
