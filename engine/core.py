@@ -19,14 +19,14 @@ from dataclasses import dataclass
 from engine.config import DiskCacheConfig, ModelConfig
 from engine.detokenizer import IncrementalDetokenizer
 from engine.disk_cache import DiskCache, compat_key
-from engine.draft import DraftControl, DraftState, PromptLookup, StepCost, verify
-from engine.draft_model import DraftModel
+from engine.draft import verify
+from engine.drafting import Drafting
 from engine.embedding import EmbedItem, EmbedJob, EmbedQueue
 from engine.embedding_runner import EmbeddingRunner
 from engine.metrics import EngineMetrics
 from engine.prefix_cache import PrefixCache
 from engine.request import Delta, EngineError, Request, RequestTimeout, Status, TokenLogprob
-from engine.runner import DECODE_NO_KV_SLOT, ModelLoadError, Runner
+from engine.runner import DECODE_NO_KV_SLOT, Runner
 from engine.scheduler import BatchItem, Scheduler, StepPlan
 
 log = logging.getLogger("llamaserve.engine")
@@ -63,20 +63,8 @@ class Engine:
             runner.embedding_only or cfg.embedding) else None
         self.embeds = EmbedQueue(self.embedder.n_batch if self.embedder else 0,
                                  self.embedder.n_seq_max if self.embedder else 0)
-        self.lookup: PromptLookup | None = None
-        self.draft_model: DraftModel | None = None
-        default_k = 16 if cfg.draft_model == "prompt-lookup-decoding" else 6
-        self.control = DraftControl(cfg.draft_model_num_pred_tokens or default_k)
-        self.step_cost = StepCost()
-        self.draft_token_seconds = 0.0  # draft model: its time per drafted token (EMA)
-        if cfg.draft_model == "prompt-lookup-decoding":
-            self.lookup = PromptLookup(cfg.draft_model_max_ngram_size)
-        elif cfg.draft_model == "draft-model":
-            if draft_path is None:
-                raise ModelLoadError("draft_model 'draft-model' needs the draft GGUF's path")
-            self.draft_model = DraftModel(runner, cfg, draft_path)
-        elif cfg.draft_model == "draft-mtp":
-            raise ModelLoadError(mtp_unavailable(runner))
+        self.drafting = None if cfg.draft_model is None else Drafting(
+            runner, cfg, draft_path, self.metrics)
         self.publish: Publish = lambda batch: None
         # special tokens a response parser needs as text (e.g. a tool-call marker); other
         # control tokens are never rendered
@@ -108,8 +96,8 @@ class Engine:
             self.disk.close(timeout)
         if self.embedder is not None:
             self.embedder.close()
-        if self.draft_model is not None:
-            self.draft_model.close()
+        if self.drafting is not None:
+            self.drafting.close()
 
     def max_new_tokens(self, prompt_len: int, max_tokens: int | None) -> int:
         """Admission check for one sequence; raises ContextLengthExceeded."""
@@ -237,8 +225,8 @@ class Engine:
         self._expire(out)
         if not self.scheduler.has_work:
             return
-        if self.lookup is not None or self.draft_model is not None:
-            self._propose()
+        if self.drafting is not None:
+            self.drafting.propose(self.scheduler.running)
         plan = self.scheduler.schedule()
         now = time.monotonic()
         for r in plan.admitted:
@@ -257,10 +245,10 @@ class Engine:
             now = time.perf_counter()
             self.metrics.step_seconds.observe(now - started)
             self.metrics.batch_tokens.observe(plan.num_tokens)
-            if all(item.pos >= len(item.request.prompt) for item in plan.items):
-                # decode steps only: prefill chunks are cheaper per token than the drafted
-                # tokens this model prices
-                self.step_cost.observe(plan.num_tokens, now - decode_started)
+            # decode steps only: prefill chunks are cheaper per token than drafted tokens
+            if self.drafting is not None and all(
+                    item.pos >= len(item.request.prompt) for item in plan.items):
+                self.drafting.observe_step(plan.num_tokens, now - decode_started)
         self.metrics.kv_cells_used.set(self.cache.cells_used())
 
     def _embed_step(self) -> None:
@@ -283,44 +271,6 @@ class Engine:
         for job in self.embeds.complete(items, vectors):
             job.done(job.vectors, None)
 
-    def _propose(self) -> None:
-        """Draft tokens for every generating sequence that wants some this step."""
-        work: dict[int, tuple[list[int], int]] = {}
-        wanting: dict[int, Request] = {}
-        decoding = [r for r in self.scheduler.running if r.prefill_done and r.output]
-        ratio = self.control.ratio(self.step_cost, len(decoding), self.draft_token_seconds)
-        for r in self.scheduler.running:
-            r.draft = []
-        for r in decoding:
-            if r.cancelled:
-                continue
-            if r.draft_state is None:
-                r.draft_state = DraftState()
-            k = min(self.control.length(r.draft_state, ratio),
-                    r.max_new_tokens - len(r.output) - 1)
-            if k <= 0:
-                continue
-            if self.lookup is not None:
-                r.draft = self.lookup.propose(r.prompt, r.output, r.draft_state, k)
-            else:
-                work[r.seq_id] = ([*r.prompt, *r.output], k)
-                wanting[r.seq_id] = r
-        if self.draft_model is not None and work:
-            try:
-                # catching up with the target (prompts, accepted tokens) is not the price
-                # of a drafted token; only the drafting loop is
-                self.draft_model.sync({seq: history for seq, (history, _) in work.items()})
-                started = time.perf_counter()
-                drafted = 0
-                for seq, draft in self.draft_model.propose(work).items():
-                    wanting[seq].draft = draft
-                    drafted += len(draft)
-                per = (time.perf_counter() - started) / max(drafted, 1)
-                self.draft_token_seconds = 0.9 * self.draft_token_seconds + 0.1 * per \
-                    if self.draft_token_seconds else per
-            except Exception:  # a failing drafter costs speed, never answers
-                log.exception("draft model failed; this step goes without drafts")
-
     def _verify(self, item: BatchItem, last_index: int, out: list[tuple[Request, Delta]]) -> None:
         """Sample every drafted position with the request's own sampler; keep tokens while
         they equal the draft, drop the rest from the KV, emit what was accepted."""
@@ -338,11 +288,8 @@ class Engine:
         kept = len(tokens) - 1
         r.num_computed = item.pos + 1 + kept
         self.cache.trim(r, r.num_computed)
-        self.metrics.drafts.inc()
-        self.metrics.draft_tokens.inc(len(draft))
-        self.metrics.draft_accepted.inc(kept)
-        if r.draft_state is not None:
-            self.control.update(r.draft_state, len(draft), kept)
+        if self.drafting is not None:
+            self.drafting.verified(r, len(draft), kept)
         for j, token in enumerate(tokens):
             if not self._emit(r, token, first + j, out):
                 return
@@ -456,15 +403,3 @@ class Engine:
                       completion_tokens=len(r.output))
         self._finish(r, "error", out, delta, keep_kv=False)
 
-
-def mtp_unavailable(runner: Runner) -> str:
-    """Why ``draft-mtp`` cannot run with this model and this llama.cpp build."""
-    arch = runner.meta("general.architecture") or ""
-    layers = runner.meta(f"{arch}.nextn_predict_layers")
-    if not layers or layers == "0":
-        return (f"draft_model 'draft-mtp' needs a model with MTP (next-token prediction) "
-                f"layers; this {arch or 'model'} GGUF has none "
-                f"({arch}.nextn_predict_layers is missing)")
-    return ("draft_model 'draft-mtp': this model has MTP layers, but MTP drafting is not "
-            "implemented in this version of llamaserve; use 'prompt-lookup-decoding' or "
-            "'draft-model'")

@@ -1,0 +1,108 @@
+"""The engine's drafting: which sequences draft this step, and what they propose.
+
+Built from ``model.draft_model``: prompt lookup or a draft model (``draft-mtp`` is
+refused with the reason). Each step ``propose`` sizes every generating sequence's
+draft with ``DraftControl`` (its acceptance history against the measured price of a
+token) and fills ``Request.draft``; the engine verifies the drafts after the batched
+decode and reports back through ``observe_step`` and ``verified``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from engine.config import ModelConfig
+from engine.draft import DraftControl, DraftState, PromptLookup, StepCost
+from engine.draft_model import DraftModel
+from engine.metrics import EngineMetrics
+from engine.request import Request
+from engine.runner import ModelLoadError, Runner
+
+log = logging.getLogger("llamaserve.drafting")
+
+
+class Drafting:
+    def __init__(self, runner: Runner, cfg: ModelConfig, draft_path: str | None,
+                 metrics: EngineMetrics) -> None:
+        self.metrics = metrics
+        self.lookup: PromptLookup | None = None
+        self.model: DraftModel | None = None
+        default_k = 16 if cfg.draft_model == "prompt-lookup-decoding" else 6
+        self.control = DraftControl(cfg.draft_model_num_pred_tokens or default_k)
+        self.step_cost = StepCost()
+        self.draft_token_seconds = 0.0  # draft model: its time per drafted token (EMA)
+        if cfg.draft_model == "prompt-lookup-decoding":
+            self.lookup = PromptLookup(cfg.draft_model_max_ngram_size)
+        elif cfg.draft_model == "draft-model":
+            if draft_path is None:
+                raise ModelLoadError("draft_model 'draft-model' needs the draft GGUF's path")
+            self.model = DraftModel(runner, cfg, draft_path)
+        elif cfg.draft_model == "draft-mtp":
+            raise ModelLoadError(mtp_unavailable(runner))
+
+    def close(self) -> None:
+        if self.model is not None:
+            self.model.close()
+
+    def propose(self, running: list[Request]) -> None:
+        """Set ``r.draft`` for every generating sequence that should draft this step."""
+        work: dict[int, tuple[list[int], int]] = {}
+        wanting: dict[int, Request] = {}
+        decoding = [r for r in running if r.prefill_done and r.output]
+        ratio = self.control.ratio(self.step_cost, len(decoding), self.draft_token_seconds)
+        for r in running:
+            r.draft = []
+        for r in decoding:
+            if r.cancelled:
+                continue
+            if r.draft_state is None:
+                r.draft_state = DraftState()
+            k = min(self.control.length(r.draft_state, ratio),
+                    r.max_new_tokens - len(r.output) - 1)
+            if k <= 0:
+                continue
+            if self.lookup is not None:
+                r.draft = self.lookup.propose(r.prompt, r.output, r.draft_state, k)
+            else:
+                work[r.seq_id] = ([*r.prompt, *r.output], k)
+                wanting[r.seq_id] = r
+        if self.model is not None and work:
+            try:
+                # catching up with the target (prompts, accepted tokens) is not the price
+                # of a drafted token; only the drafting loop is
+                self.model.sync({seq: history for seq, (history, _) in work.items()})
+                started = time.perf_counter()
+                drafted = 0
+                for seq, draft in self.model.propose(work).items():
+                    wanting[seq].draft = draft
+                    drafted += len(draft)
+                per = (time.perf_counter() - started) / max(drafted, 1)
+                self.draft_token_seconds = 0.9 * self.draft_token_seconds + 0.1 * per \
+                    if self.draft_token_seconds else per
+            except Exception:  # a failing drafter costs speed, never answers
+                log.exception("draft model failed; this step goes without drafts")
+
+    def observe_step(self, tokens: int, seconds: float) -> None:
+        """A decode step's size and time (decode steps only)."""
+        self.step_cost.observe(tokens, seconds)
+
+    def verified(self, r: Request, proposed: int, kept: int) -> None:
+        self.metrics.drafts.inc()
+        self.metrics.draft_tokens.inc(proposed)
+        self.metrics.draft_accepted.inc(kept)
+        if r.draft_state is not None:
+            self.control.update(r.draft_state, proposed, kept)
+
+
+def mtp_unavailable(runner: Runner) -> str:
+    """Why ``draft-mtp`` cannot run with this model and this llama.cpp build."""
+    arch = runner.meta("general.architecture") or ""
+    layers = runner.meta(f"{arch}.nextn_predict_layers")
+    if not layers or layers == "0":
+        return (f"draft_model 'draft-mtp' needs a model with MTP (next-token prediction) "
+                f"layers; this {arch or 'model'} GGUF has none "
+                f"({arch}.nextn_predict_layers is missing)")
+    return ("draft_model 'draft-mtp': this model has MTP layers, but this llama-cpp-python "
+            "build does not export llama_set_embeddings_nextn / llama_get_embeddings_nextn, "
+            "which MTP drafting needs; use 'prompt-lookup-decoding' or 'draft-model'")
