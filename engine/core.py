@@ -318,6 +318,8 @@ class Engine:
                 self._verify(item, index, out)
             elif item.logits and r.status is Status.RUNNING:
                 self._sample(r, index, out)
+                if self.drafting is not None and r.draft_state is not None:
+                    self.drafting.verified(r, 0, 0)
         self.metrics.prompt_tokens.inc(prompt_tokens)
 
     def _prompt_logprobs(self, item: BatchItem, last_index: int) -> None:

@@ -62,6 +62,8 @@ class DraftState:
     synced: int = 0  # tokens of prompt + output already in the index
     accepted: float = 2.0  # decayed counts of accepted / rejected draft tokens (a prior of
     rejected: float = 1.0  # about 2 in 3 accepted before any evidence)
+    idle: int = 0  # tokens generated since this sequence last drafted
+    explore_after: int = 16  # a sequence priced out of drafting still tries 1 token this often
 
     @property
     def p_accept(self) -> float:
@@ -125,15 +127,20 @@ class DraftControl:
 
     def length(self, s: DraftState, ratio: float) -> int:
         p = s.p_accept
-        if p <= ratio:
-            return 0
-        return min(self.k_max, int(math.log(ratio) / math.log(p)))
+        k = 0 if p <= ratio else min(self.k_max, int(math.log(ratio) / math.log(p)))
+        if k == 0 and s.idle >= s.explore_after:
+            return 1  # a one-token probe, so an estimate that fell can recover
+        return k
 
-    def update(self, s: DraftState, proposed: int, accepted: int) -> None:
+    def update(self, s: DraftState, proposed: int, accepted: int, emitted: int = 1) -> None:
         if proposed == 0:
+            s.idle += emitted
             return
+        s.idle = 0
         s.accepted = 0.9 * s.accepted + accepted
         s.rejected = 0.9 * s.rejected + (1 if accepted < proposed else 0)
+        if proposed == 1:  # a probe: back off further when it misses
+            s.explore_after = 16 if accepted else min(2 * s.explore_after, 1024)
 
 
 def verify(draft: Sequence[int], sample: Callable[[int], int],

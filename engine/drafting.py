@@ -88,9 +88,12 @@ class Drafting:
         self.step_cost.observe(tokens, seconds)
 
     def verified(self, r: Request, proposed: int, kept: int) -> None:
-        self.metrics.drafts.inc()
-        self.metrics.draft_tokens.inc(proposed)
-        self.metrics.draft_accepted.inc(kept)
+        """After a step: ``proposed`` drafted tokens of which ``kept`` were accepted (0, 0
+        for a step without a draft)."""
+        if proposed:
+            self.metrics.drafts.inc()
+            self.metrics.draft_tokens.inc(proposed)
+            self.metrics.draft_accepted.inc(kept)
         if r.draft_state is not None:
             self.control.update(r.draft_state, proposed, kept)
 

@@ -59,6 +59,23 @@ def test_draft_length_follows_acceptance_and_the_price_of_a_token() -> None:
     assert 1 <= c.length(fresh, cheap) <= 3 and c.length(fresh, dear) == 0
 
 
+def test_a_sequence_priced_out_probes_again_later() -> None:
+    c = DraftControl(k_max=16)
+    s = DraftState(accepted=0.0, rejected=5.0)
+    assert c.length(s, 0.5) == 0
+    for _ in range(16):
+        c.update(s, proposed=0, accepted=0)  # steps without a draft
+    assert c.length(s, 0.5) == 1  # a one-token probe
+    c.update(s, proposed=1, accepted=0)
+    assert c.length(s, 0.5) == 0 and s.explore_after == 32  # missed: wait longer
+    for _ in range(32):
+        c.update(s, proposed=0, accepted=0)
+    assert c.length(s, 0.5) == 1
+    for _ in range(6):  # probes that hit restore the estimate
+        c.update(s, proposed=1, accepted=1)
+    assert s.explore_after == 16 and c.length(s, 0.5) >= 1
+
+
 def test_step_cost_fit_and_ratio() -> None:
     cost = StepCost()
     c = DraftControl(k_max=8)
