@@ -139,9 +139,10 @@ async def create_chat_completion(request: Request) -> Response:
             extra_usage = {"usage": None} if include_usage else {}
 
             def chunk(index: int, delta: dict[str, Any], lp: Any = None,
-                      finish: str | None = None) -> bytes:
+                      finish: str | None = None, **top: Any) -> bytes:
                 return sse({**base, "choices": [{"index": index, "delta": delta, "logprobs": lp,
-                                                 "finish_reason": finish}], **extra_usage})
+                                                 "finish_reason": finish}], **top,
+                            **extra_usage})
 
             for r in gen.requests:
                 yield chunk(r.index, {"role": "assistant", "content": ""})
@@ -170,11 +171,9 @@ async def create_chat_completion(request: Request) -> Response:
                         yield chunk(d.index, {"tool_calls": [{
                             "index": i, "function": {"arguments": call.arguments}}]})
                     if d.finish_reason is not None:
-                        end = chunk(d.index, {}, None, _finish_reason(d.finish_reason, p.message))
-                        if d.timed_out:
-                            end = end.replace(b'"finish_reason": "length"',
-                                              b'"finish_reason": "length", "timed_out": true')
-                        yield end
+                        flag = {"timed_out": True} if d.timed_out else {}
+                        yield chunk(d.index, {}, None,
+                                    _finish_reason(d.finish_reason, p.message), **flag)
             except APIError as exc:
                 yield error_event(exc)
                 return

@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
 from conftest import gemma_config, start_server  # noqa: E402
-from fuzz_bodies import request_bodies  # noqa: E402
+from fuzz_bodies import post, request_bodies  # noqa: E402
 
 
 def main() -> int:
@@ -42,8 +42,7 @@ def main() -> int:
                 @given(request_bodies())
                 def check(case: tuple[str, Any]) -> None:
                     path, body = case
-                    r = http.post(path, content=json.dumps(body),
-                                  headers={"content-type": "application/json"})
+                    r = post(http, case)
                     counts[(path, r.status_code)] += 1
                     if r.status_code >= 500:
                         failures.append((path, body, r.text[:300]))

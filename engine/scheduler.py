@@ -75,7 +75,10 @@ class Scheduler:
         budget = self.n_batch
         decoding = [r for r in self.running if r.prefill_done]
         budget -= len(decoding)
-        room = self.kv_capacity - self.cache.cells_used() - self._pending_prefill() - len(decoding)
+        room = 0
+        if any(r.draft for r in decoding):  # the ledger is only walked when someone drafts
+            room = (self.kv_capacity - self.cache.cells_used() - self._pending_prefill()
+                    - len(decoding))
         for r in decoding:  # drafts ride along while the batch and the KV have room
             draft = r.draft[:max(0, min(budget, room))] if r.draft else []
             budget -= len(draft)

@@ -4,8 +4,10 @@ type, out of range, unknown, or missing, for every endpoint. Shared by the short
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+import httpx
 from hypothesis import strategies as st
 
 JSON = st.recursive(
@@ -80,3 +82,9 @@ def request_bodies(draw: st.DrawFn) -> tuple[str, Any]:
     fields = ENDPOINTS[path]
     keys = draw(st.lists(st.sampled_from(sorted(fields)), unique=True, max_size=len(fields)))
     return path, {k: draw(fields[k]) for k in keys}
+
+
+def post(http: httpx.Client, case: tuple[str, Any]) -> httpx.Response:
+    """Send one generated (path, body) as raw JSON (bodies need not be objects)."""
+    path, body = case
+    return http.post(path, content=json.dumps(body), headers={"content-type": "application/json"})
