@@ -96,7 +96,7 @@ class ModelConfig:
     max_output_tokens: int | None = None
     seed: int | None = None
     draft_model: str | None = None  # "prompt-lookup-decoding", "draft-model", "draft-mtp"
-    draft_model_num_pred_tokens: int | None = None  # longest draft (16 lookup, 6 model)
+    draft_model_num_pred_tokens: int | None = None  # longest draft (64 lookup, 6 model)
     draft_model_max_ngram_size: int = 6  # prompt lookup: longest n-gram matched
     draft_model_path: str | None = None
     draft_model_from_pretrained: FromPretrained | None = None

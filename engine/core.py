@@ -289,7 +289,7 @@ class Engine:
         r.num_computed = item.pos + 1 + kept
         self.cache.trim(r, r.num_computed)
         if self.drafting is not None:
-            self.drafting.verified(r, len(draft), kept)
+            self.drafting.verified(r, len(draft), tokens)
         for j, token in enumerate(tokens):
             if not self._emit(r, token, first + j, out):
                 return
@@ -318,8 +318,8 @@ class Engine:
                 self._verify(item, index, out)
             elif item.logits and r.status is Status.RUNNING:
                 self._sample(r, index, out)
-                if self.drafting is not None and r.draft_state is not None:
-                    self.drafting.verified(r, 0, 0)
+                if self.drafting is not None and r.draft_state is not None and r.output:
+                    self.drafting.verified(r, 0, r.output[-1:])
         self.metrics.prompt_tokens.inc(prompt_tokens)
 
     def _prompt_logprobs(self, item: BatchItem, last_index: int) -> None:

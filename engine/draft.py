@@ -1,4 +1,4 @@
-"""Draft (speculative) decoding: proposals, adaptive length, and verification (pure Python).
+"""Draft (speculative) decoding: proposals, their sizing, and verification (pure Python).
 
 Each generating sequence may contribute its pending token plus a few proposed tokens
 to the batched ``llama_decode``; the engine then samples every position with the
@@ -7,32 +7,64 @@ the output is what the model would have produced token by token: greedy stays
 greedy, a seeded sampler draws exactly as many times, grammars and penalties see the
 same tokens. Rejected positions are removed from the KV.
 
-``PromptLookup`` proposes the continuation of the most recent earlier occurrence of
-the trailing n-gram (longest first) in prompt + output, through an index updated in
-O(max_ngram) per token. ``DraftControl`` sizes each sequence's draft from its own
-acceptance history and the engine's measured cost of a token in the batch, down to
-0, so drafting does not make a workload slower.
+``NgramIndex`` proposes for prompt lookup. It follows a *copy cursor*: while a
+sequence is re-emitting earlier text (a file it was shown, with edits), the next
+proposal continues from where the last accepted one left off, resynchronising on
+the nearest occurrence of the trailing n-gram after an edit, so a renamed variable
+costs one missed draft instead of a detour through unrelated matches. Otherwise it
+proposes what followed the most recent earlier occurrence of the longest trailing
+n-gram.
+
+``Acceptance`` learns, per sequence, how likely the first token of a proposal is to
+be accepted (per kind of proposal: cursor, fresh n-gram of length n, draft model)
+and how likely each following token is, given the previous one was. ``allocate``
+turns those chances and the engine's measured step times (``StepCost``, a table by
+batch size) into draft lengths that maximise expected tokens per second for the
+whole batch, down to no drafts at all.
 """
 
 from __future__ import annotations
 
-import math
+import bisect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+
+# chance that the first token of a proposal is accepted, before any evidence
+FIRST_PRIOR = {"cursor": 0.8, "substitute": 0.4, "ngram3": 0.6, "ngram2": 0.4,
+               "ngram1": 0.25, "model": 0.7}
+PRIOR_WEIGHT = 2.0  # in proposals' worth of evidence
+RUN_PRIOR = (19.0, 1.0)  # accepted / missed follow-on tokens: 0.95 before evidence
+EXPLORE = 0.5  # optimism bonus EXPLORE / (1 + tries): little evidence, try anyway
+DECAY = 0.8  # per draft: recent drafts count most
+IDLE_DECAY = 0.98  # per token generated without a draft: evidence fades back to the prior
+CURSOR_BEHIND, CURSOR_AHEAD = 4, 32  # resynchronisation window around the copy cursor
+ALIGN = 8  # drafted steps hold a multiple of this many tokens (see allocate)
+CURSOR_STRIKES = 2  # drafts missed at their first token before the cursor is dropped
+
+
+@dataclass
+class Proposal:
+    tokens: list[int]
+    kind: str  # a FIRST_PRIOR key
+    src: int = -1  # prompt lookup: history position tokens[0] was copied from
 
 
 @dataclass
 class NgramIndex:
-    """Most recent end position of every n-gram (n = 1..max_n) in a token history."""
+    """Every end position of every n-gram (n = 1..max_n) in a token history, and the
+    copy cursor."""
 
     max_n: int
     history: list[int] = field(default_factory=list)
-    last_end: list[dict[tuple[int, ...], int]] = field(default_factory=list)
-    previous: list[int] = field(default_factory=list)  # earlier end of the trailing n-gram
+    ends: list[dict[tuple[int, ...], list[int]]] = field(default_factory=list)
+    cursor: int = -1  # history position expected to be copied next
+    strikes: int = 0
+    missed: bool = False  # the last draft was rejected part-way
+    replacements: dict[int, int] = field(default_factory=dict)  # source token -> said
+    pending: tuple[int, int] | None = None  # a replacement seen once, not yet confirmed
 
     def __post_init__(self) -> None:
-        self.last_end = [{} for _ in range(self.max_n + 1)]
-        self.previous = [-1] * (self.max_n + 1)
+        self.ends = [{} for _ in range(self.max_n + 1)]
 
     def extend(self, tokens: Sequence[int]) -> None:
         h = self.history
@@ -40,18 +72,112 @@ class NgramIndex:
             h.append(token)
             end = len(h)
             for n in range(1, min(self.max_n, end) + 1):
-                key = tuple(h[end - n:end])
-                self.previous[n] = self.last_end[n].get(key, -1)
-                self.last_end[n][key] = end
+                self.ends[n].setdefault(tuple(h[end - n:end]), []).append(end)
 
-    def propose(self, k: int) -> list[int]:
-        """The tokens that followed the latest earlier occurrence of the longest trailing
-        n-gram seen before."""
-        for n in range(min(self.max_n, len(self.history)), 0, -1):
-            start = self.previous[n]
-            if start >= 0:
-                return self.history[start:start + k]
-        return []
+    def _near_cursor(self, ends: list[int], end: int) -> int:
+        """The occurrence closest to the cursor inside its window, or -1."""
+        lo, hi = self.cursor - CURSOR_BEHIND, min(self.cursor + CURSOR_AHEAD, end - 1)
+        i = bisect.bisect_left(ends, self.cursor)
+        best = -1
+        for j in (i - 1, i):
+            if 0 <= j < len(ends) and lo <= ends[j] <= hi and (
+                    best < 0 or abs(ends[j] - self.cursor) < abs(best - self.cursor)):
+                best = ends[j]
+        return best
+
+    def _copy(self, start: int, k: int) -> list[int]:
+        """``k`` tokens from ``start`` with the learned replacements applied."""
+        tokens = self.history[start:start + k]
+        subs = self.replacements
+        return [subs.get(t, t) for t in tokens] if subs else tokens
+
+    def propose(self, k: int) -> Proposal:
+        h = self.history
+        end = len(h)
+        longest = min(self.max_n, end)
+        cur = self.cursor
+        if 0 < cur < end:
+            last = h[cur - 1]
+            if self.replacements.get(last, last) == h[-1]:  # still in step with the source
+                return Proposal(self._copy(cur, k), "substitute" if self.missed else "cursor",
+                                cur)
+            for n in range(longest, 0, -1):
+                start = self._near_cursor(self.ends[n].get(tuple(h[end - n:end]), []), end)
+                if start >= 0:
+                    return Proposal(self._copy(start, k), "cursor", start)
+            if self.missed:  # the model replaced a token: skip it
+                return Proposal(self._copy(cur, k), "substitute", cur)
+        for n in range(longest, 0, -1):
+            ends = self.ends[n].get(tuple(h[end - n:end]), [])
+            if len(ends) >= 2:  # the last one is the trailing n-gram itself
+                start = ends[-2]
+                return Proposal(self._copy(start, k), f"ngram{min(n, 3)}", start)
+        return Proposal([], "ngram1")
+
+    def follow(self, p: Proposal, proposed: int, accepted: int, tokens: Sequence[int]) -> None:
+        """Move the cursor after a step that drafted ``proposed`` tokens of ``p`` and
+        emitted ``tokens``, and learn replacements: a source token the model replaced by
+        another, after which the copy went on (a renamed identifier), is replaced in
+        later proposals until the model keeps the original again."""
+        self.missed = proposed > 0 and accepted < proposed
+        if self.pending is not None and p.kind == "substitute" and accepted >= 2:
+            source, said = self.pending
+            self.replacements[source] = said
+        self.pending = None
+        if self.missed and p.src >= 0 and p.src + accepted < len(self.history):
+            source, said = self.history[p.src + accepted], tokens[accepted]
+            if said == source:
+                self.replacements.pop(source, None)
+            else:
+                self.pending = (source, said)
+        if not proposed:
+            if self.cursor >= 0:
+                self.cursor += len(tokens)
+        elif accepted and p.src >= 0:
+            self.cursor, self.strikes = p.src + accepted + 1, 0
+        elif self.cursor >= 0 and self.strikes < CURSOR_STRIKES:
+            self.cursor += len(tokens)
+            self.strikes += 1
+        else:
+            self.cursor = -1
+
+
+@dataclass
+class Acceptance:
+    """Decayed evidence about a sequence's drafts: per proposal kind, how often the first
+    token was accepted; over all, how often a token was accepted after its predecessor
+    was."""
+
+    first: dict[str, list[float]] = field(default_factory=lambda: {
+        kind: [p * PRIOR_WEIGHT, PRIOR_WEIGHT] for kind, p in FIRST_PRIOR.items()})
+    run: list[float] = field(default_factory=lambda: list(RUN_PRIOR))
+
+    def chances(self, kind: str, n: int) -> list[float]:
+        """Chance that drafted position i (0..n-1) is accepted."""
+        hits, tries = self.first[kind]
+        q = min(1.0, hits / tries + EXPLORE / (1 + tries))
+        p = self.run[0] / (self.run[0] + self.run[1])
+        out = []
+        for _ in range(n):
+            out.append(q)
+            q *= p
+        return out
+
+    def observe(self, kind: str, proposed: int, accepted: int) -> None:
+        f = self.first[kind]
+        f[0] = DECAY * f[0] + (1 if accepted else 0)
+        f[1] = DECAY * f[1] + 1
+        if accepted:
+            self.run[0] = DECAY * self.run[0] + accepted - 1
+            self.run[1] = DECAY * self.run[1] + (1 if accepted < proposed else 0)
+
+    def rest(self, tokens: int) -> None:
+        """``tokens`` generated without drafting: let the evidence fade toward the prior,
+        so a sequence whose drafts once failed tries again later."""
+        d = IDLE_DECAY ** tokens
+        for kind, f in self.first.items():
+            f[0] = d * f[0] + (1 - d) * FIRST_PRIOR[kind] * PRIOR_WEIGHT
+            f[1] = d * f[1] + (1 - d) * PRIOR_WEIGHT
 
 
 @dataclass
@@ -60,23 +186,36 @@ class DraftState:
 
     index: NgramIndex | None = None
     synced: int = 0  # tokens of prompt + output already in the index
-    accepted: float = 2.0  # decayed counts of accepted / rejected draft tokens (a prior of
-    rejected: float = 1.0  # about 2 in 3 accepted before any evidence)
-    idle: int = 0  # tokens generated since this sequence last drafted
-    explore_after: int = 16  # a sequence priced out of drafting still tries 1 token this often
+    acceptance: Acceptance = field(default_factory=Acceptance)
+    proposal: Proposal | None = None  # this step's, before sizing
 
-    @property
-    def p_accept(self) -> float:
-        """Estimated chance that the next drafted token is accepted."""
-        return (self.accepted + 1) / (self.accepted + self.rejected + 2)
+    def verified(self, proposed: int, tokens: Sequence[int]) -> None:
+        """After a step that drafted ``proposed`` tokens and emitted ``tokens`` (the
+        accepted ones and the model's own next token)."""
+        p = self.proposal
+        accepted = len(tokens) - 1
+        if proposed and p is not None:
+            self.acceptance.observe(p.kind, proposed, accepted)
+        else:
+            self.acceptance.rest(len(tokens))
+        if self.index is not None and p is not None:
+            self.index.follow(p, proposed, accepted, tokens)
+        self.proposal = None
 
 
 @dataclass
 class StepCost:
-    """Least-squares fit of ``step seconds = fixed + per_token * tokens`` over recent
-    steps (exponentially weighted), from the engine's own timings."""
+    """Seconds per decode step by the number of tokens in it, from the engine's own
+    timings: an average per observed size (``alpha``-weighted, so it follows the
+    context growing), interpolated between observed sizes and extrapolated with a
+    least-squares line. Batched kernels are not linear in the size (a single token
+    takes a matrix-vector path; tile multiples are cheaper), hence the table."""
 
-    decay: float = 0.98
+    alpha: float = 0.2
+    table: dict[int, float] = field(default_factory=dict)
+    seen: dict[int, int] = field(default_factory=dict)
+    sizes: list[int] = field(default_factory=list)  # sorted sizes seen at least twice
+    fit_decay: float = 0.98
     w: float = 0.0
     sx: float = 0.0
     sy: float = 0.0
@@ -84,7 +223,12 @@ class StepCost:
     sxy: float = 0.0
 
     def observe(self, tokens: int, seconds: float) -> None:
-        d = self.decay
+        old = self.table.get(tokens)
+        self.table[tokens] = seconds if old is None else old + self.alpha * (seconds - old)
+        self.seen[tokens] = self.seen.get(tokens, 0) + 1
+        if self.seen[tokens] == 2:
+            bisect.insort(self.sizes, tokens)
+        d = self.fit_decay
         self.w = d * self.w + 1
         self.sx = d * self.sx + tokens
         self.sy = d * self.sy + seconds
@@ -97,50 +241,63 @@ class StepCost:
             return None
         per_token = (self.w * self.sxy - self.sx * self.sy) / var
         fixed = (self.sy - per_token * self.sx) / self.w
-        if per_token <= 0 or fixed < 0:
+        if fixed < 0:  # a line through the origin instead
+            fixed, per_token = 0.0, self.sxy / self.sxx
+        if per_token <= 0:
             return None
         return fixed, per_token
 
+    @property
+    def ready(self) -> bool:
+        return self.fit() is not None
 
-@dataclass
-class DraftControl:
-    """How many tokens to draft for a sequence this step: as long as the next drafted
-    token is still worth its price. An extra token in the batch costs ``per_token``;
-    an accepted one saves what a token costs without drafting, ``(fixed + per_token * B)
-    / B`` with B generating sequences; the i-th drafted token is accepted with
-    probability p**i. So draft while p**i exceeds the ratio of the two costs: on a
-    memory-bound single stream that ratio is small and drafts run long, in a busy batch
-    it nears 1 and only sequences whose drafts nearly always hit keep drafting."""
+    def __call__(self, n: int) -> float:
+        """Estimated seconds for a step of ``n`` tokens (once ``ready``)."""
+        sizes = self.sizes
+        if n in self.table and self.seen[n] >= 2:
+            return self.table[n]
+        i = bisect.bisect_left(sizes, n)
+        if 0 < i < len(sizes):
+            a, b = sizes[i - 1], sizes[i]
+            ta, tb = self.table[a], self.table[b]
+            return ta + (tb - ta) * (n - a) / (b - a)
+        fixed, per_token = self.fit() or (0.0, 1.0)
+        if not sizes:
+            return fixed + per_token * n
+        edge = sizes[0] if i == 0 else sizes[-1]  # keep the line through the nearest size
+        return max(self.table[edge] + per_token * (n - edge), 1e-9)
 
-    k_max: int
-    default_ratio: float = 0.35  # before the engine has timed enough steps
 
-    def ratio(self, cost: StepCost, n_decoding: int, draft_cost: float = 0.0) -> float:
-        """Price of one more drafted token (verification, plus ``draft_cost`` seconds
-        spent proposing it) over the price of a token without drafting."""
-        fit = cost.fit()
-        if fit is None:
-            return self.default_ratio
-        fixed, per_token = fit
-        b = max(n_decoding, 1)
-        return min(1.0, (per_token + draft_cost) * b / (fixed + per_token * b))
+def default_cost(n: int) -> float:
+    """Relative step cost before anything was measured: an extra token costs 0.35 of a
+    single-token step."""
+    return 1.0 + 0.35 * (n - 1)
 
-    def length(self, s: DraftState, ratio: float) -> int:
-        p = s.p_accept
-        k = 0 if p <= ratio else min(self.k_max, int(math.log(ratio) / math.log(p)))
-        if k == 0 and s.idle >= s.explore_after:
-            return 1  # a one-token probe, so an estimate that fell can recover
-        return k
 
-    def update(self, s: DraftState, proposed: int, accepted: int, emitted: int = 1) -> None:
-        if proposed == 0:
-            s.idle += emitted
-            return
-        s.idle = 0
-        s.accepted = 0.9 * s.accepted + accepted
-        s.rejected = 0.9 * s.rejected + (1 if accepted < proposed else 0)
-        if proposed == 1:  # a probe: back off further when it misses
-            s.explore_after = 16 if accepted else min(2 * s.explore_after, 1024)
+def allocate(chances: Sequence[Sequence[float]], base: int, limit: int,
+             cost: Callable[[int], float], draft_cost: float = 0.0) -> list[int]:
+    """Draft lengths for sequences whose i-th drafted token is accepted with chance
+    ``chances[s][i]`` (decreasing in i), in a step of ``base`` tokens without drafts.
+    The D most likely drafted tokens over all sequences are the best D to add; pick
+    the D (up to ``limit``) maximising expected tokens emitted per second,
+    ``(base + Σ chances) / (cost(base + D) + draft_cost·D)``. Steps of more than
+    ``ALIGN`` tokens are kept to multiples of it: matrix kernels work in tiles, and a
+    ragged last tile costs nearly a whole one (measured on CPU: 16 tokens 172 ms, 17
+    tokens 210 ms)."""
+    ranked = sorted(((c, s) for s, cs in enumerate(chances) for c in cs), reverse=True)
+    best, best_d, expected = base / cost(base), 0, float(base)
+    for d, (c, _) in enumerate(ranked[:max(limit, 0)], 1):
+        expected += c
+        n = base + d
+        if n > ALIGN and n % ALIGN:
+            continue
+        rate = expected / (cost(n) + draft_cost * d)
+        if rate > best:
+            best, best_d = rate, d
+    lengths = [0] * len(chances)
+    for _, s in ranked[:best_d]:
+        lengths[s] += 1
+    return lengths
 
 
 def verify(draft: Sequence[int], sample: Callable[[int], int],
@@ -163,7 +320,7 @@ class PromptLookup:
         self.max_ngram = max_ngram
 
     def propose(self, prompt: Sequence[int], output: Sequence[int], s: DraftState,
-                k: int) -> list[int]:
+                k: int) -> Proposal:
         """Only tokens not yet indexed are looked at: O(max_ngram) per new token."""
         if s.index is None:
             s.index = NgramIndex(self.max_ngram)

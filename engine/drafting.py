@@ -1,10 +1,11 @@
 """The engine's drafting: which sequences draft this step, and what they propose.
 
 Built from ``model.draft_model``: prompt lookup or a draft model (``draft-mtp`` is
-refused with the reason). Each step ``propose`` sizes every generating sequence's
-draft with ``DraftControl`` (its acceptance history against the measured price of a
-token) and fills ``Request.draft``; the engine verifies the drafts after the batched
-decode and reports back through ``observe_step`` and ``verified``.
+refused with the reason). Each step ``propose`` asks every generating sequence for a
+proposal, sizes all of them together with ``allocate`` (each sequence's acceptance
+history against the measured step times) and fills ``Request.draft``; the engine
+verifies the drafts after the batched decode and reports back through
+``observe_step`` and ``verified``.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import logging
 import time
 
 from engine.config import ModelConfig
-from engine.draft import DraftControl, DraftState, PromptLookup, StepCost
+from engine.draft import DraftState, PromptLookup, Proposal, StepCost, allocate, default_cost
 from engine.draft_model import DraftModel
 from engine.metrics import EngineMetrics
 from engine.request import Request
@@ -28,8 +29,9 @@ class Drafting:
         self.metrics = metrics
         self.lookup: PromptLookup | None = None
         self.model: DraftModel | None = None
-        default_k = 16 if cfg.draft_model == "prompt-lookup-decoding" else 6
-        self.control = DraftControl(cfg.draft_model_num_pred_tokens or default_k)
+        default_k = 64 if cfg.draft_model == "prompt-lookup-decoding" else 6
+        self.control_k = cfg.draft_model_num_pred_tokens or default_k
+        self.n_batch = runner.n_batch
         self.step_cost = StepCost()
         self.draft_token_seconds = 0.0  # draft model: its time per drafted token (EMA)
         if cfg.draft_model == "prompt-lookup-decoding":
@@ -47,24 +49,36 @@ class Drafting:
 
     def propose(self, running: list[Request]) -> None:
         """Set ``r.draft`` for every generating sequence that should draft this step."""
-        work: dict[int, tuple[list[int], int]] = {}
-        wanting: dict[int, Request] = {}
-        decoding = [r for r in running if r.prefill_done and r.output]
-        ratio = self.control.ratio(self.step_cost, len(decoding), self.draft_token_seconds)
+        decoding = [r for r in running if r.prefill_done and r.output and not r.cancelled]
         for r in running:
             r.draft = []
+        if not decoding:
+            return
+        k_max = self.control_k
+        chances = []
         for r in decoding:
-            if r.cancelled:
-                continue
             if r.draft_state is None:
                 r.draft_state = DraftState()
-            k = min(self.control.length(r.draft_state, ratio),
-                    r.max_new_tokens - len(r.output) - 1)
-            if k <= 0:
-                continue
+            s = r.draft_state
+            room = max(0, min(k_max, r.max_new_tokens - len(r.output) - 1))
             if self.lookup is not None:
-                r.draft = self.lookup.propose(r.prompt, r.output, r.draft_state, k)
+                s.proposal = self.lookup.propose(r.prompt, r.output, s, room)
+                n = len(s.proposal.tokens)
             else:
+                s.proposal = Proposal([], "model")
+                n = room
+            chances.append(s.acceptance.chances(s.proposal.kind, n))
+        cost = self.step_cost if self.step_cost.ready else default_cost
+        draft_cost = self.draft_token_seconds if self.step_cost.ready else 0.0
+        lengths = allocate(chances, len(decoding), self.n_batch - len(decoding), cost,
+                           draft_cost)
+        work: dict[int, tuple[list[int], int]] = {}
+        wanting: dict[int, Request] = {}
+        for r, k in zip(decoding, lengths, strict=True):
+            if k and self.lookup is not None:
+                assert r.draft_state is not None and r.draft_state.proposal is not None
+                r.draft = r.draft_state.proposal.tokens[:k]
+            elif k:
                 work[r.seq_id] = ([*r.prompt, *r.output], k)
                 wanting[r.seq_id] = r
         if self.model is not None and work:
@@ -87,15 +101,15 @@ class Drafting:
         """A decode step's size and time (decode steps only)."""
         self.step_cost.observe(tokens, seconds)
 
-    def verified(self, r: Request, proposed: int, kept: int) -> None:
-        """After a step: ``proposed`` drafted tokens of which ``kept`` were accepted (0, 0
-        for a step without a draft)."""
+    def verified(self, r: Request, proposed: int, tokens: list[int]) -> None:
+        """After a step: ``proposed`` drafted tokens (0 for a step without a draft), and
+        the ``tokens`` emitted (the accepted ones, then the model's own)."""
         if proposed:
             self.metrics.drafts.inc()
             self.metrics.draft_tokens.inc(proposed)
-            self.metrics.draft_accepted.inc(kept)
+            self.metrics.draft_accepted.inc(len(tokens) - 1)
         if r.draft_state is not None:
-            self.control.update(r.draft_state, proposed, kept)
+            r.draft_state.verified(proposed, tokens)
 
 
 def mtp_unavailable(runner: Runner) -> str:

@@ -1,36 +1,96 @@
-"""Draft proposals, adaptive length and verification, with no model."""
+"""Draft proposals, their sizing and verification, with no model."""
 
 from __future__ import annotations
 
 import pytest
 
-from engine.draft import DraftControl, DraftState, NgramIndex, PromptLookup, StepCost, verify
+from engine.draft import (ALIGN, Acceptance, DraftState, NgramIndex, PromptLookup, Proposal,
+                          StepCost, allocate, default_cost, verify)
 
 
 def test_ngram_index_proposes_the_continuation_of_the_latest_earlier_occurrence() -> None:
     idx = NgramIndex(max_n=3)
     idx.extend([1, 2, 3, 4, 5, 9, 2, 3, 4, 7, 8, 1, 2, 3])
     # trailing 3-gram (1, 2, 3) occurred earlier at the start: propose what followed it
-    assert idx.propose(3) == [4, 5, 9]
+    p = idx.propose(3)
+    assert p.tokens == [4, 5, 9] and p.kind == "ngram3" and p.src == 3
     idx.extend([4])  # trailing (2, 3, 4): latest earlier occurrence is at 6..8, then 7, 8
-    assert idx.propose(2) == [7, 8]
+    assert idx.propose(2).tokens == [7, 8]
     idx.extend([99])  # never seen: no n-gram matches
-    assert idx.propose(4) == []
+    assert idx.propose(4).tokens == []
 
 
 def test_longest_ngram_wins_over_a_more_recent_shorter_one() -> None:
     idx = NgramIndex(max_n=2)
     idx.extend([5, 6, 1, 9, 6, 2, 5, 6])
-    assert idx.propose(1) == [1]  # (5, 6) matched at the start, not the later lone 6
+    p = idx.propose(1)
+    assert p.tokens == [1] and p.kind == "ngram2"  # (5, 6) at the start, not the lone 6
+
+
+SOURCE = [10, 11, 12, 13, 50, 14, 15, 16, 17, 18, 50, 19, 20, 21, 50, 22, 23]  # 50: a name
+
+
+def copy_step(idx: NgramIndex, truth: list[int], done: int, k: int) -> tuple[Proposal, int]:
+    """Propose, verify against ``truth`` (what the model says) and follow; returns the
+    proposal and how many tokens were emitted."""
+    p = idx.propose(k)
+    accepted = 0
+    while (accepted < len(p.tokens) and done + accepted < len(truth) - 1
+           and p.tokens[accepted] == truth[done + accepted]):
+        accepted += 1
+    emitted = truth[done:done + accepted + 1]
+    idx.follow(p, len(p.tokens), accepted, emitted)
+    idx.extend(emitted)
+    return p, len(emitted)
+
+
+def test_copy_cursor_follows_an_edit_and_learns_the_rename() -> None:
+    """The model re-emits SOURCE with the name 50 renamed to 60: the first occurrence
+    costs one rejected draft; the copy goes on right after it, and the second
+    occurrence is proposed renamed."""
+    truth = [60 if t == 50 else t for t in SOURCE] + [2]  # 2: the end
+    idx = NgramIndex(max_n=3)
+    idx.extend([*SOURCE, 1, 10, 11])  # the prompt, a separator, the answer's first tokens
+    done = 2
+    p, n = copy_step(idx, truth, done, 8)  # (10, 11) -> 12, 13, 50: rejected at 50
+    assert p.kind == "ngram2" and n == 3 and idx.missed
+    done += n
+    p, n = copy_step(idx, truth, done, 5)  # the model said 60 for 50: skip 50 and go on
+    assert p.kind == "substitute" and p.tokens == [14, 15, 16, 17, 18] and n == 6
+    assert idx.replacements == {50: 60}  # confirmed: the copy went on after it
+    done += n
+    p, n = copy_step(idx, truth, done, 16)  # the rest: the third 50 is proposed as 60
+    assert p.kind == "cursor" and p.tokens[:6] == [19, 20, 21, 60, 22, 23]
+    assert done + n == len(truth)
+
+
+def test_a_wrong_replacement_is_forgotten_when_the_model_keeps_the_original() -> None:
+    idx = NgramIndex(max_n=2)
+    idx.replacements[50] = 60
+    idx.extend([*SOURCE, 1, 10, 11])
+    truth = [*SOURCE, 2]  # no rename after all
+    p, _ = copy_step(idx, truth, 2, 8)
+    assert p.tokens[2] == 60 and idx.missed and idx.replacements == {}
+
+
+def test_the_cursor_is_dropped_after_repeated_misses() -> None:
+    idx = NgramIndex(max_n=2)
+    idx.extend([*SOURCE, 1, 10, 11])
+    truth = [10, 11, 12, 13, 50, 99, 98, 97, 96, 95, 94, 93, 92, 2]
+    done = 2
+    for _ in range(6):
+        _, n = copy_step(idx, truth, done, 4)
+        done += n
+    assert idx.cursor == -1  # strayed from the source: back to plain n-gram lookup
 
 
 def test_prompt_lookup_indexes_incrementally() -> None:
     lookup = PromptLookup(max_ngram=2)
     state = DraftState()
     prompt, output = [10, 11, 12, 13], [10, 11]
-    assert lookup.propose(prompt, output, state, 4) == [12, 13, 10, 11]
+    assert lookup.propose(prompt, output, state, 4).tokens == [12, 13, 10, 11]
     output.append(12)
-    assert lookup.propose(prompt, output, state, 2) == [13, 10] and state.synced == 7
+    assert lookup.propose(prompt, output, state, 2).tokens == [13, 10] and state.synced == 7
 
 
 def test_verify_keeps_tokens_while_they_match() -> None:
@@ -45,45 +105,47 @@ def test_verify_keeps_tokens_while_they_match() -> None:
     assert verify([], lambda j: 3, lambda j, t: False) == [3]
 
 
-def test_draft_length_follows_acceptance_and_the_price_of_a_token() -> None:
-    c = DraftControl(k_max=16)
-    good, bad = DraftState(), DraftState()
+def test_acceptance_learns_per_kind_and_fades_back_when_idle() -> None:
+    a = Acceptance()
+    fresh = a.chances("cursor", 4)
+    assert fresh == sorted(fresh, reverse=True) and 0 < fresh[-1] < fresh[0] <= 1
     for _ in range(10):
-        c.update(good, proposed=8, accepted=8)
-        c.update(bad, proposed=4, accepted=0)
-    assert good.p_accept > 0.95 and bad.p_accept < 0.2
-    cheap, dear = 0.3, 0.9  # memory-bound single stream vs a busy compute-bound batch
-    assert c.length(good, cheap) == 16 and c.length(bad, cheap) == 0
-    assert 0 < c.length(good, dear) < 16 and c.length(bad, dear) == 0
-    fresh = DraftState()  # no evidence yet: short drafts while tokens are cheap
-    assert 1 <= c.length(fresh, cheap) <= 3 and c.length(fresh, dear) == 0
+        a.observe("cursor", proposed=16, accepted=16)
+        a.observe("ngram1", proposed=8, accepted=0)
+    good, bad = a.chances("cursor", 16), a.chances("ngram1", 16)
+    assert good[0] > 0.9 and good[15] > 0.75 and bad[0] < 0.2
+    a.rest(400)  # a long time without drafting: back near the prior, so it tries again
+    assert a.chances("ngram1", 1)[0] > 0.3
 
 
-def test_a_sequence_priced_out_probes_again_later() -> None:
-    c = DraftControl(k_max=16)
-    s = DraftState(accepted=0.0, rejected=5.0)
-    assert c.length(s, 0.5) == 0
-    for _ in range(16):
-        c.update(s, proposed=0, accepted=0)  # steps without a draft
-    assert c.length(s, 0.5) == 1  # a one-token probe
-    c.update(s, proposed=1, accepted=0)
-    assert c.length(s, 0.5) == 0 and s.explore_after == 32  # missed: wait longer
-    for _ in range(32):
-        c.update(s, proposed=0, accepted=0)
-    assert c.length(s, 0.5) == 1
-    for _ in range(6):  # probes that hit restore the estimate
-        c.update(s, proposed=1, accepted=1)
-    assert s.explore_after == 16 and c.length(s, 0.5) >= 1
-
-
-def test_step_cost_fit_and_ratio() -> None:
+def test_step_cost_table_interpolation_and_fit() -> None:
     cost = StepCost()
-    c = DraftControl(k_max=8)
-    assert c.ratio(cost, 1) == c.default_ratio  # nothing measured yet
-    for tokens in (1, 1, 17, 1, 512, 8, 1, 17):
-        cost.observe(tokens, 0.012 + 0.006 * tokens)
-    fixed, per_token = cost.fit() or (0, 0)
-    assert abs(fixed - 0.012) < 1e-6 and abs(per_token - 0.006) < 1e-6
-    single, busy = c.ratio(cost, 1), c.ratio(cost, 8)
-    assert single == pytest.approx(0.006 / 0.018) and busy == pytest.approx(0.048 / 0.060)
-    assert c.ratio(cost, 1, draft_cost=0.006) == pytest.approx(0.012 / 0.018)
+    assert not cost.ready
+    truth = {1: 0.025, 8: 0.110, 16: 0.170, 17: 0.210, 64: 0.450}
+    for _ in range(3):
+        for n, s in truth.items():
+            cost.observe(n, s)
+    assert cost.ready
+    for n, s in truth.items():
+        assert cost(n) == pytest.approx(s)
+    assert cost(40) == pytest.approx(0.21 + (0.45 - 0.21) * 23 / 47)  # between 17 and 64
+    fixed, per_token = cost.fit() or (0.0, 0.0)
+    assert cost(128) == pytest.approx(0.45 + per_token * 64) and per_token > 0
+
+
+def test_allocate_drafts_long_when_tokens_are_cheap_and_not_at_all_when_not() -> None:
+    sure = [0.999 ** i for i in range(64)]
+    # memory-bound: a 64-token step costs 4 single ones (the GPU / big-model case)
+    assert allocate([sure], 1, 511, lambda n: 1 + 3 * (n - 1) / 63) == [63]
+    # compute-bound: every extra token costs as much as a step
+    assert allocate([sure], 1, 511, lambda n: float(n)) == [0]
+    hopeless = [0.05 * 0.5 ** i for i in range(64)]
+    assert allocate([hopeless], 1, 511, default_cost) == [0]
+    assert allocate([sure], 1, 10, lambda n: 1 + 3 * (n - 1) / 63) == [7]  # limit, aligned
+
+
+def test_allocate_gives_the_batch_room_to_the_likeliest_drafts() -> None:
+    good, poor = [0.95 ** i for i in range(32)], [0.3 * 0.5 ** i for i in range(32)]
+    lengths = allocate([good, poor, good], 3, 500, lambda n: 1 + 0.05 * n)
+    assert lengths[1] == 0 and lengths[0] > 8 and lengths[2] > 8
+    assert (3 + sum(lengths)) % ALIGN == 0  # big steps stay tile-aligned
