@@ -305,6 +305,8 @@ class Engine:
         if status != 0:
             raise EngineError(f"llama_decode returned {status}")
         self.scheduler.commit(plan)
+        if self.drafting is not None:
+            self.drafting.absorb(plan.items)
         prompt_tokens = 0
         for item, index in zip(plan.items, last_index, strict=True):
             r = item.request

@@ -1,11 +1,11 @@
 """The engine's drafting: which sequences draft this step, and what they propose.
 
-Built from ``model.draft_model``: prompt lookup or a draft model (``draft-mtp`` is
-refused with the reason). Each step ``propose`` asks every generating sequence for a
+Built from ``model.draft_model``: prompt lookup, a draft model, or the model's own MTP
+head (``engine.mtp``). Each step ``propose`` asks every generating sequence for a
 proposal, sizes all of them together with ``allocate`` (each sequence's acceptance
 history against the measured step times) and fills ``Request.draft``; the engine
 verifies the drafts after the batched decode and reports back through
-``observe_step`` and ``verified``.
+``observe_step`` and ``verified`` (and, for MTP, ``absorb`` after every decode).
 """
 
 from __future__ import annotations
@@ -17,8 +17,11 @@ from engine.config import ModelConfig
 from engine.draft import DraftState, PromptLookup, Proposal, StepCost, allocate, default_cost
 from engine.draft_model import DraftModel
 from engine.metrics import EngineMetrics
+from engine.mtp import MtpDrafter
+from engine.mtp_runner import LlamaMtp, mtp_layers
 from engine.request import Request
 from engine.runner import ModelLoadError, Runner
+from engine.scheduler import BatchItem
 
 log = logging.getLogger("llamaserve.drafting")
 
@@ -29,6 +32,8 @@ class Drafting:
         self.metrics = metrics
         self.lookup: PromptLookup | None = None
         self.model: DraftModel | None = None
+        self.mtp: MtpDrafter | None = None
+        self.mtp_backend: LlamaMtp | None = None
         default_k = 64 if cfg.draft_model == "prompt-lookup-decoding" else 6
         self.control_k = cfg.draft_model_num_pred_tokens or default_k
         self.n_batch = runner.n_batch
@@ -41,11 +46,16 @@ class Drafting:
                 raise ModelLoadError("draft_model 'draft-model' needs the draft GGUF's path")
             self.model = DraftModel(runner, cfg, draft_path)
         elif cfg.draft_model == "draft-mtp":
-            raise ModelLoadError(mtp_unavailable(runner))
+            if not mtp_layers(runner):
+                raise ModelLoadError(mtp_unavailable(runner))
+            self.mtp_backend = LlamaMtp(runner, cfg)
+            self.mtp = MtpDrafter(self.mtp_backend, cfg.draft_model_min_p)
 
     def close(self) -> None:
         if self.model is not None:
             self.model.close()
+        if self.mtp_backend is not None:
+            self.mtp_backend.close()
 
     def propose(self, running: list[Request]) -> None:
         """Set ``r.draft`` for every generating sequence that should draft this step."""
@@ -65,37 +75,52 @@ class Drafting:
                 s.proposal = self.lookup.propose(r.prompt, r.output, s, room)
                 n = len(s.proposal.tokens)
             else:
-                s.proposal = Proposal([], "model")
+                s.proposal = Proposal([], "model" if self.model is not None else "mtp")
                 n = room
             chances.append(s.acceptance.chances(s.proposal.kind, n))
         cost = self.step_cost if self.step_cost.ready else default_cost
         draft_cost = self.draft_token_seconds if self.step_cost.ready else 0.0
         lengths = allocate(chances, len(decoding), self.n_batch - len(decoding), cost,
                            draft_cost)
-        work: dict[int, tuple[list[int], int]] = {}
-        wanting: dict[int, Request] = {}
-        for r, k in zip(decoding, lengths, strict=True):
-            if k and self.lookup is not None:
+        wanting = {r.seq_id: (r, k) for r, k in zip(decoding, lengths, strict=True) if k}
+        if self.lookup is not None:
+            for r, k in wanting.values():
                 assert r.draft_state is not None and r.draft_state.proposal is not None
                 r.draft = r.draft_state.proposal.tokens[:k]
-            elif k:
-                work[r.seq_id] = ([*r.prompt, *r.output], k)
-                wanting[r.seq_id] = r
-        if self.model is not None and work:
+        elif wanting:
             try:
-                # catching up with the target (prompts, accepted tokens) is not the price
-                # of a drafted token; only the drafting loop is
-                self.model.sync({seq: history for seq, (history, _) in work.items()})
-                started = time.perf_counter()
-                drafted = 0
-                for seq, draft in self.model.propose(work).items():
-                    wanting[seq].draft = draft
-                    drafted += len(draft)
-                per = (time.perf_counter() - started) / max(drafted, 1)
-                self.draft_token_seconds = 0.9 * self.draft_token_seconds + 0.1 * per \
-                    if self.draft_token_seconds else per
+                drafts = self._draft(wanting)
             except Exception:  # a failing drafter costs speed, never answers
-                log.exception("draft model failed; this step goes without drafts")
+                log.exception("drafter failed; this step goes without drafts")
+                return
+            for seq, draft in drafts.items():
+                wanting[seq][0].draft = draft
+
+    def _draft(self, wanting: dict[int, tuple[Request, int]]) -> dict[int, list[int]]:
+        """Run the draft model or the MTP head for the sequences that draft, timing the
+        drafting loop (catching up with the target is not the price of a drafted token)."""
+        if self.model is not None:
+            work = {seq: ([*r.prompt, *r.output], k) for seq, (r, k) in wanting.items()}
+            self.model.sync({seq: history for seq, (history, _) in work.items()})
+            started = time.perf_counter()
+            drafts = self.model.propose(work)
+        else:
+            assert self.mtp is not None
+            started = time.perf_counter()
+            drafts = self.mtp.propose({seq: (r.output[-1], r.num_computed, k)
+                                       for seq, (r, k) in wanting.items()})
+        per = (time.perf_counter() - started) / max(sum(map(len, drafts.values())), 1)
+        self.draft_token_seconds = 0.9 * self.draft_token_seconds + 0.1 * per \
+            if self.draft_token_seconds else per
+        return drafts
+
+    def absorb(self, items: list[BatchItem]) -> None:
+        """After a target decode: the MTP head takes the batch's hidden states."""
+        if self.mtp is not None:
+            try:
+                self.mtp.absorb([(i.request.seq_id, i.tokens, i.pos) for i in items])
+            except Exception:
+                log.exception("MTP catch-up failed")
 
     def observe_step(self, tokens: int, seconds: float) -> None:
         """A decode step's size and time (decode steps only)."""
@@ -110,16 +135,13 @@ class Drafting:
             self.metrics.draft_accepted.inc(len(tokens) - 1)
         if r.draft_state is not None:
             r.draft_state.verified(proposed, tokens)
+        if self.mtp is not None:
+            self.mtp.accept(r.seq_id, len(tokens) - 1, r.num_computed)
 
 
 def mtp_unavailable(runner: Runner) -> str:
-    """Why ``draft-mtp`` cannot run with this model and this llama.cpp build."""
+    """Why ``draft-mtp`` cannot run with this model."""
     arch = runner.meta("general.architecture") or ""
-    layers = runner.meta(f"{arch}.nextn_predict_layers")
-    if not layers or layers == "0":
-        return (f"draft_model 'draft-mtp' needs a model with MTP (next-token prediction) "
-                f"layers; this {arch or 'model'} GGUF has none "
-                f"({arch}.nextn_predict_layers is missing)")
-    return ("draft_model 'draft-mtp': this model has MTP layers, but this llama-cpp-python "
-            "build does not export llama_set_embeddings_nextn / llama_get_embeddings_nextn, "
-            "which MTP drafting needs; use 'prompt-lookup-decoding' or 'draft-model'")
+    return (f"draft_model 'draft-mtp' needs a model with MTP (next-token prediction) "
+            f"layers; this {arch or 'model'} GGUF has none "
+            f"({arch}.nextn_predict_layers is missing)")

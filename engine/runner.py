@@ -120,6 +120,8 @@ class Runner:
             split = (ctypes.c_float * len(cfg.tensor_split))(*cfg.tensor_split)
             self._keep.append(split)
             mp.tensor_split = split
+        if cfg.draft_model == "draft-mtp":
+            mp.load_mtp = True  # the MTP layers, for an MTP context (engine.mtp_runner)
         if cfg.use_mmap and cfg.use_mlock:
             mp.load_mode = L.LLAMA_LOAD_MODE_MMAP_MLOCK
         elif cfg.use_mlock:
@@ -144,10 +146,15 @@ class Runner:
         return causal == "false" or pooling not in (None, "0", "-1")
 
     def new_context(self, cfg: ModelConfig, *, embeddings: bool = False, n_ctx: int | None = None,
-                    n_seq_max: int | None = None) -> Any:
+                    n_seq_max: int | None = None, mtp_of: Any = None) -> Any:
         """A context on the loaded model. Embedding contexts evaluate a whole batch in one
-        micro-batch (bidirectional attention needs each sequence in one piece)."""
+        micro-batch (bidirectional attention needs each sequence in one piece); ``mtp_of``
+        makes an MTP context drafting for that target context."""
         cp = L.llama_context_default_params()
+        if mtp_of is not None:
+            cp.ctx_type = L.LLAMA_CONTEXT_TYPE_MTP
+            cp.ctx_other = mtp_of
+            cp.n_rs_seq = 0
         cp.n_ctx = n_ctx or cfg.n_ctx
         cp.n_batch = min(cfg.n_batch, cp.n_ctx)
         cp.n_ubatch = cp.n_batch if embeddings else min(cfg.n_ubatch, cfg.n_batch)

@@ -4,8 +4,18 @@ from __future__ import annotations
 
 import pytest
 
-from engine.draft import (ALIGN, Acceptance, DraftState, NgramIndex, PromptLookup, Proposal,
-                          StepCost, allocate, default_cost, verify)
+from engine.draft import (
+    ALIGN,
+    Acceptance,
+    DraftState,
+    NgramIndex,
+    PromptLookup,
+    Proposal,
+    StepCost,
+    allocate,
+    default_cost,
+    verify,
+)
 
 
 def test_ngram_index_proposes_the_continuation_of_the_latest_earlier_occurrence() -> None:
@@ -129,7 +139,7 @@ def test_step_cost_table_interpolation_and_fit() -> None:
     for n, s in truth.items():
         assert cost(n) == pytest.approx(s)
     assert cost(40) == pytest.approx(0.21 + (0.45 - 0.21) * 23 / 47)  # between 17 and 64
-    fixed, per_token = cost.fit() or (0.0, 0.0)
+    _, per_token = cost.fit() or (0.0, 0.0)
     assert cost(128) == pytest.approx(0.45 + per_token * 64) and per_token > 0
 
 
