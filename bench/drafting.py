@@ -6,8 +6,9 @@
       (target ≥ 1.3×);
   (c) prose, prompt lookup: a free-form story where drafts rarely hit (target ≥ 0.95×).
 
-Each task runs as 1 stream and as 8 concurrent streams, greedy, once without drafting and
-once with; the texts must be identical. One server at a time, 2 threads.
+Each task runs as 1 stream and as 8 concurrent streams, greedy, without drafting and with
+(two servers side by side, taking turns; best of ``--rounds``); the texts should be
+identical. 2 threads.
 
     python bench/drafting.py [--tasks a,b,c]
 """
@@ -141,28 +142,30 @@ def run(url: str, prompts: list[list[dict[str, str]]], max_tokens: int) -> tuple
     return tokens / elapsed, [t for t, _ in results], tokens
 
 
-def measure(cfg: dict[str, Any], tmp: Path, prompt: Any, max_tokens: int
-            ) -> dict[int, tuple[float, list[str], dict[str, float]]]:
-    server = start_server(cfg, tmp)
-    out = {}
+def measure(configs: dict[str, dict[str, Any]], tmp: Path, prompt: Any, max_tokens: int
+            ) -> dict[tuple[str, int], tuple[float, list[str], dict[str, float]]]:
+    """Both servers run side by side and take turns (this machine's speed drifts over
+    minutes: alternating keeps the drift out of the ratio); best round of each."""
+    servers = {name: start_server(cfg, tmp) for name, cfg in configs.items()}
+    out: dict[tuple[str, int], tuple[float, list[str], dict[str, float]]] = {}
     try:
-        run(server.url, [prompt(99)], 8)  # warm-up
+        for server in servers.values():
+            run(server.url, [prompt(99)], 8)  # warm-up
         for streams in (1, 8):
-            best = None
-            for _ in range(ROUNDS):  # this machine's speed drifts: keep the best round
-                before = server.metrics()
-                tps, texts, _ = run(server.url, [prompt(i) for i in range(streams)],
-                                    max_tokens)
-                after = server.metrics()
-                stats = {k: after.get(k, 0) - before.get(k, 0) for k in (
-                    "llamaserve_draft_tokens_proposed_total",
-                    "llamaserve_draft_tokens_accepted_total")}
-                if best is None or tps > best[0]:
-                    best = (tps, texts, stats)
-            assert best is not None
-            out[streams] = best
+            for _ in range(ROUNDS):
+                for name, server in servers.items():
+                    before = server.metrics()
+                    tps, texts, _ = run(server.url, [prompt(i) for i in range(streams)],
+                                        max_tokens)
+                    after = server.metrics()
+                    stats = {k: after.get(k, 0) - before.get(k, 0) for k in (
+                        "llamaserve_draft_tokens_proposed_total",
+                        "llamaserve_draft_tokens_accepted_total")}
+                    if (name, streams) not in out or tps > out[name, streams][0]:
+                        out[name, streams] = (tps, texts, stats)
     finally:
-        server.stop()
+        for server in servers.values():
+            server.stop()
     return out
 
 
@@ -187,12 +190,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for key in args.tasks.split(","):
             name, base, drafted, prompt, max_tokens = tasks[key]
-            plain = measure(qwen_config(n_seq_max=8, n_ctx=16384, **base), Path(tmp), prompt,
-                            max_tokens)
-            fast = measure(qwen_config(n_seq_max=8, n_ctx=16384, **drafted), Path(tmp), prompt,
-                           max_tokens)
+            result = measure({
+                "plain": qwen_config(n_seq_max=8, n_ctx=16384, **base),
+                "drafted": qwen_config(n_seq_max=8, n_ctx=16384, **drafted)},
+                Path(tmp), prompt, max_tokens)
             for streams in (1, 8):
-                p, f = plain[streams], fast[streams]
+                p, f = result["plain", streams], result["drafted", streams]
                 proposed = f[2]["llamaserve_draft_tokens_proposed_total"]
                 accepted = f[2]["llamaserve_draft_tokens_accepted_total"]
                 rows.append({"task": name, "streams": streams, "plain tok/s": round(p[0], 1),

@@ -275,27 +275,40 @@ def default_cost(n: int) -> float:
 
 
 def allocate(chances: Sequence[Sequence[float]], base: int, limit: int,
-             cost: Callable[[int], float], draft_cost: float = 0.0) -> list[int]:
+             cost: Callable[[int], float], draft_cost: float = 0.0,
+             setup: Sequence[float] = ()) -> list[int]:
     """Draft lengths for sequences whose i-th drafted token is accepted with chance
     ``chances[s][i]`` (decreasing in i), in a step of ``base`` tokens without drafts.
     The D most likely drafted tokens over all sequences are the best D to add; pick
     the D (up to ``limit``) maximising expected tokens emitted per second,
-    ``(base + Σ chances) / (cost(base + D) + draft_cost·D)``. Steps of more than
+    ``(base + Σ chances) / (cost(base + D) + draft_cost·D + Σ setup)``, where
+    ``setup[s]`` is paid once if sequence s drafts at all (a draft model catching up on
+    what it did not see while the sequence was not drafting). Steps of more than
     ``ALIGN`` tokens are kept to multiples of it: matrix kernels work in tiles, and a
     ragged last tile costs nearly a whole one (measured on CPU: 16 tokens 172 ms, 17
     tokens 210 ms)."""
-    ranked = sorted(((c, s) for s, cs in enumerate(chances) for c in cs), reverse=True)
+    per_token = cost(base) / max(base, 1)  # the time a token takes without drafts
+    # a sequence whose catch-up costs more than all its drafts could save sits out
+    drafting = [s for s, cs in enumerate(chances)
+                if not setup or setup[s] < sum(cs) * per_token]
+    ranked = sorted(((c, -(setup[s] if setup else 0.0), s) for s in drafting
+                     for c in chances[s]), reverse=True)
     best, best_d, expected = base / cost(base), 0, float(base)
-    for d, (c, _) in enumerate(ranked[:max(limit, 0)], 1):
+    paid: set[int] = set()
+    fixed = 0.0
+    for d, (c, _, s) in enumerate(ranked[:max(limit, 0)], 1):
         expected += c
+        if setup and s not in paid:
+            paid.add(s)
+            fixed += setup[s]
         n = base + d
         if n > ALIGN and n % ALIGN:
             continue
-        rate = expected / (cost(n) + draft_cost * d)
+        rate = expected / (cost(n) + draft_cost * d + fixed)
         if rate > best:
             best, best_d = rate, d
     lengths = [0] * len(chances)
-    for _, s in ranked[:best_d]:
+    for _, _, s in ranked[:best_d]:
         lengths[s] += 1
     return lengths
 

@@ -37,8 +37,14 @@ class DraftModel:
     def close(self) -> None:
         self.runner.close()
 
-    def sync(self, work: dict[int, list[int]]) -> None:
-        """Make each sequence hold ``work[seq]`` minus its last token (fed next)."""
+    def lag(self, seq: int, history: int, generated: int) -> int:
+        """Generated tokens ``seq`` must catch up on before it can draft (a prompt's
+        first catch-up is not counted: every draft of the request needs it)."""
+        return max(0, min(history - len(self.held.get(seq, ())), generated))
+
+    def sync(self, work: dict[int, list[int]]) -> int:
+        """Make each sequence hold ``work[seq]`` minus its last token (fed next); returns
+        how many tokens that took."""
         feeds: dict[int, tuple[list[int], int]] = {}
         for seq, history in work.items():
             held = self.held.setdefault(seq, [])
@@ -51,6 +57,7 @@ class DraftModel:
                 del held[n:]
             feeds[seq] = (target[n:], n)
         budget = self.runner.n_batch
+        fed = sum(len(tokens) for tokens, _ in feeds.values())
         while any(tokens for tokens, _ in feeds.values()):
             entries = []
             room = budget
@@ -62,6 +69,7 @@ class DraftModel:
                     self.held[seq].extend(chunk)
                     room -= len(chunk)
             self._decode(entries, keep=set(work))
+        return fed
 
     def _decode(self, entries: list[tuple[int, list[int], int]], keep: set[int]) -> list[int]:
         status, last = self.runner.decode_tokens(entries)

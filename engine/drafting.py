@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 
 from engine.config import ModelConfig
 from engine.draft import DraftState, PromptLookup, Proposal, StepCost, allocate, default_cost
@@ -39,6 +40,7 @@ class Drafting:
         self.n_batch = runner.n_batch
         self.step_cost = StepCost()
         self.draft_token_seconds = 0.0  # draft model: its time per drafted token (EMA)
+        self.sync_token_seconds = 0.0  # draft model: its time per token caught up on (EMA)
         if cfg.draft_model == "prompt-lookup-decoding":
             self.lookup = PromptLookup(cfg.draft_model_max_ngram_size)
         elif cfg.draft_model == "draft-model":
@@ -78,10 +80,17 @@ class Drafting:
                 s.proposal = Proposal([], "model" if self.model is not None else "mtp")
                 n = room
             chances.append(s.acceptance.chances(s.proposal.kind, n))
-        cost = self.step_cost if self.step_cost.ready else default_cost
-        draft_cost = self.draft_token_seconds if self.step_cost.ready else 0.0
+        if self.step_cost.ready:
+            cost: Callable[[int], float] = self.step_cost
+            draft_cost = self.draft_token_seconds
+            setup = [] if self.model is None else [
+                self.sync_token_seconds * self.model.lag(
+                    r.seq_id, len(r.prompt) + len(r.output), len(r.output))
+                for r in decoding]
+        else:
+            cost, draft_cost, setup = default_cost, 0.0, []
         lengths = allocate(chances, len(decoding), self.n_batch - len(decoding), cost,
-                           draft_cost)
+                           draft_cost, setup)
         wanting = {r.seq_id: (r, k) for r, k in zip(decoding, lengths, strict=True) if k}
         if self.lookup is not None:
             for r, k in wanting.values():
@@ -101,7 +110,12 @@ class Drafting:
         drafting loop (catching up with the target is not the price of a drafted token)."""
         if self.model is not None:
             work = {seq: ([*r.prompt, *r.output], k) for seq, (r, k) in wanting.items()}
-            self.model.sync({seq: history for seq, (history, _) in work.items()})
+            started = time.perf_counter()
+            fed = self.model.sync({seq: history for seq, (history, _) in work.items()})
+            if fed:
+                per_fed = (time.perf_counter() - started) / fed
+                self.sync_token_seconds = 0.9 * self.sync_token_seconds + 0.1 * per_fed \
+                    if self.sync_token_seconds else per_fed
             started = time.perf_counter()
             drafts = self.model.propose(work)
         else:

@@ -159,3 +159,12 @@ def test_allocate_gives_the_batch_room_to_the_likeliest_drafts() -> None:
     lengths = allocate([good, poor, good], 3, 500, lambda n: 1 + 0.05 * n)
     assert lengths[1] == 0 and lengths[0] > 8 and lengths[2] > 8
     assert (3 + sum(lengths)) % ALIGN == 0  # big steps stay tile-aligned
+
+
+def test_allocate_charges_a_catch_up_once_per_sequence() -> None:
+    sure = [0.9 ** i for i in range(6)]
+    cheap = lambda n: 1 + 0.1 * (n - 1)  # noqa: E731
+    assert allocate([sure], 1, 100, cheap, setup=[0.0]) == [6]
+    assert allocate([sure], 1, 100, cheap, setup=[50.0]) == [0]  # too far behind to pay
+    lengths = allocate([sure, sure], 2, 100, cheap, setup=[0.0, 50.0])
+    assert lengths[0] == 6 and lengths[1] == 0
