@@ -267,7 +267,8 @@ class Runner:
             add(chain, L.llama_sampler_init_logit_bias(self.n_vocab, len(p.logit_bias), arr))
         if p.repeat_penalty != 1.0 or p.frequency_penalty != 0.0 or p.presence_penalty != 0.0:
             penalties = L.llama_sampler_init_penalties(
-                p.penalty_last_n, p.repeat_penalty, p.frequency_penalty, p.presence_penalty)
+                self.n_vocab, p.penalty_last_n, p.repeat_penalty, p.frequency_penalty,
+                p.presence_penalty)
             for tok in history[-p.penalty_last_n:] if p.penalty_last_n > 0 else history:
                 L.llama_sampler_accept(penalties, tok)  # the prompt counts, the grammar not
             add(chain, penalties)

@@ -99,6 +99,27 @@ def test_n_and_seed(client: OpenAI) -> None:
     assert [c.message.content for c in a.choices] == [c.message.content for c in b.choices]
 
 
+def test_penalties_change_a_repetitive_answer(client: OpenAI) -> None:
+    messages = [{"role": "user", "content": "Write the word 'cat' twenty times, separated "
+                                            "by spaces, and nothing else."}]
+
+    def answer(**kwargs: float) -> str:
+        r = client.chat.completions.create(model="m", messages=messages, max_tokens=30,
+                                           temperature=0, **kwargs)  # type: ignore[arg-type]
+        return r.choices[0].message.content or ""
+
+    plain = answer()
+    assert plain.lower().count("cat") >= 10
+    penalised = answer(frequency_penalty=2.0)  # grows with every repetition
+    assert penalised.lower().count("cat") < plain.lower().count("cat"), penalised
+    assert answer(presence_penalty=2.0)  # a flat 2.0: too little to beat "cat" here
+    repeat = httpx.post(f"{client.base_url}chat/completions", timeout=60, json={
+        "model": "m", "messages": messages, "max_tokens": 30, "temperature": 0,
+        "repeat_penalty": 1.8})
+    assert repeat.status_code == 200
+    assert repeat.json()["choices"][0]["message"]["content"] != plain
+
+
 def test_content_parts_and_system_prompt(client: OpenAI) -> None:
     r = client.chat.completions.create(model="m", messages=[
         {"role": "system", "content": "You answer with one word."},
