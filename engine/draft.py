@@ -56,7 +56,7 @@ class NgramIndex:
 
     max_n: int
     history: list[int] = field(default_factory=list)
-    ends: list[dict[tuple[int, ...], list[int]]] = field(default_factory=list)
+    ends: list[dict[int, list[int]]] = field(default_factory=list)  # n-gram hash -> ends
     cursor: int = -1  # history position expected to be copied next
     strikes: int = 0
     missed: bool = False  # the last draft was rejected part-way
@@ -72,7 +72,7 @@ class NgramIndex:
             h.append(token)
             end = len(h)
             for n in range(1, min(self.max_n, end) + 1):
-                self.ends[n].setdefault(tuple(h[end - n:end]), []).append(end)
+                self.ends[n].setdefault(hash(tuple(h[end - n:end])), []).append(end)
 
     def _near_cursor(self, ends: list[int], end: int) -> int:
         """The occurrence closest to the cursor inside its window, or -1."""
@@ -102,13 +102,13 @@ class NgramIndex:
                 return Proposal(self._copy(cur, k), "substitute" if self.missed else "cursor",
                                 cur)
             for n in range(longest, 0, -1):
-                start = self._near_cursor(self.ends[n].get(tuple(h[end - n:end]), []), end)
+                start = self._near_cursor(self.ends[n].get(hash(tuple(h[end - n:end])), []), end)
                 if start >= 0:
                     return Proposal(self._copy(start, k), "cursor", start)
             if self.missed:  # the model replaced a token: skip it
                 return Proposal(self._copy(cur, k), "substitute", cur)
         for n in range(longest, 0, -1):
-            ends = self.ends[n].get(tuple(h[end - n:end]), [])
+            ends = self.ends[n].get(hash(tuple(h[end - n:end])), [])
             if len(ends) >= 2:  # the last one is the trailing n-gram itself
                 start = ends[-2]
                 return Proposal(self._copy(start, k), f"ngram{min(n, 3)}", start)
