@@ -105,6 +105,14 @@ class ModelConfig:
     draft_model_min_p: float = 0.0  # draft model: stop a draft below this probability
 
     @property
+    def draft_max_tokens(self) -> int:
+        """Longest draft per sequence and step (0 without drafting)."""
+        if self.draft_model is None:
+            return 0
+        default = 64 if self.draft_model == "prompt-lookup-decoding" else 6
+        return self.draft_model_num_pred_tokens or default
+
+    @property
     def n_threads_batch(self) -> int:
         return self.threads_batch if self.threads_batch is not None else self.threads
 

@@ -119,11 +119,13 @@ class NgramIndex:
         emitted ``tokens``, and learn replacements: a source token the model replaced by
         another, after which the copy went on (a renamed identifier), is replaced in
         later proposals until the model keeps the original again."""
-        self.missed = proposed > 0 and accepted < proposed
-        if self.pending is not None and p.kind == "substitute" and accepted >= 2:
-            source, said = self.pending
-            self.replacements[source] = said
-        self.pending = None
+        # a miss: the model said something else (not: the request stopped on a drafted token)
+        self.missed = proposed > 0 and accepted < min(proposed, len(tokens))
+        if proposed and self.pending is not None:  # the first draft since: confirm or drop
+            if p.kind in ("substitute", "cursor") and accepted >= 2:
+                source, said = self.pending
+                self.replacements[source] = said
+            self.pending = None
         if self.missed and p.src >= 0 and p.src + accepted < len(self.history):
             source, said = self.history[p.src + accepted], tokens[accepted]
             if said == source:
@@ -189,11 +191,11 @@ class DraftState:
     acceptance: Acceptance = field(default_factory=Acceptance)
     proposal: Proposal | None = None  # this step's, before sizing
 
-    def verified(self, proposed: int, tokens: Sequence[int]) -> None:
-        """After a step that drafted ``proposed`` tokens and emitted ``tokens`` (the
-        accepted ones and the model's own next token)."""
+    def verified(self, draft: Sequence[int], tokens: Sequence[int]) -> None:
+        """After a step that drafted ``draft`` and emitted ``tokens`` (the accepted ones
+        and, unless the request stopped, the model's own next token)."""
         p = self.proposal
-        accepted = len(tokens) - 1
+        proposed, accepted = len(draft), accepted_count(draft, tokens)
         if proposed and p is not None:
             self.acceptance.observe(p.kind, proposed, accepted)
         else:
@@ -264,8 +266,11 @@ class StepCost:
         fixed, per_token = self.fit() or (0.0, 1.0)
         if not sizes:
             return fixed + per_token * n
-        edge = sizes[0] if i == 0 else sizes[-1]  # keep the line through the nearest size
-        return max(self.table[edge] + per_token * (n - edge), 1e-9)
+        if i == 0:  # below the smallest size: no dearer than it, no cheaper per token
+            edge = sizes[0]
+            line = self.table[edge] + per_token * (n - edge)
+            return min(self.table[edge], max(line, self.table[edge] * n / edge))
+        return self.table[sizes[-1]] + per_token * (n - sizes[-1])  # the line, from the top
 
 
 def default_cost(n: int) -> float:
@@ -311,6 +316,14 @@ def allocate(chances: Sequence[Sequence[float]], base: int, limit: int,
     for _, _, s in ranked[:best_d]:
         lengths[s] += 1
     return lengths
+
+
+def accepted_count(draft: Sequence[int], tokens: Sequence[int]) -> int:
+    """How many drafted tokens were accepted, given the tokens a step emitted."""
+    n = 0
+    while n < len(draft) and n < len(tokens) and draft[n] == tokens[n]:
+        n += 1
+    return n
 
 
 def verify(draft: Sequence[int], sample: Callable[[int], int],

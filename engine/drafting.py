@@ -15,7 +15,15 @@ import time
 from collections.abc import Callable
 
 from engine.config import ModelConfig
-from engine.draft import DraftState, PromptLookup, Proposal, StepCost, allocate, default_cost
+from engine.draft import (
+    DraftState,
+    PromptLookup,
+    Proposal,
+    StepCost,
+    accepted_count,
+    allocate,
+    default_cost,
+)
 from engine.draft_model import DraftModel
 from engine.metrics import EngineMetrics
 from engine.mtp import MtpDrafter
@@ -35,8 +43,7 @@ class Drafting:
         self.model: DraftModel | None = None
         self.mtp: MtpDrafter | None = None
         self.mtp_backend: LlamaMtp | None = None
-        default_k = 64 if cfg.draft_model == "prompt-lookup-decoding" else 6
-        self.control_k = cfg.draft_model_num_pred_tokens or default_k
+        self.control_k = cfg.draft_max_tokens
         self.n_batch = runner.n_batch
         self.step_cost = StepCost()
         self.draft_token_seconds = 0.0  # draft model: its time per drafted token (EMA)
@@ -146,11 +153,16 @@ class Drafting:
         if proposed:
             self.metrics.drafts.inc()
             self.metrics.draft_tokens.inc(proposed)
-            self.metrics.draft_accepted.inc(len(tokens) - 1)
-        if r.draft_state is not None:
-            r.draft_state.verified(proposed, tokens)
-        if self.mtp is not None:
-            self.mtp.accept(r.seq_id, len(tokens) - 1, r.num_computed)
+            self.metrics.draft_accepted.inc(accepted_count(r.draft[:proposed], tokens))
+        try:  # bookkeeping for later drafts: a bug here costs speed, never an answer
+            if r.draft_state is not None:
+                r.draft_state.verified(r.draft[:proposed], tokens)
+            if self.mtp is not None:
+                self.mtp.accept(r.seq_id, accepted_count(r.draft[:proposed], tokens),
+                                r.num_computed)
+        except Exception:
+            log.exception("draft bookkeeping failed; request %d starts drafting afresh", r.id)
+            r.draft_state = None
 
 
 def mtp_unavailable(runner: Runner) -> str:

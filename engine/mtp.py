@@ -1,7 +1,9 @@
 """MTP drafting: a model's own multi-token-prediction layers propose the next tokens.
 
-Models trained with MTP layers (Qwen3.5 / Qwen3-Next, DeepSeek V3 and later, GLM-4.5+,
-Step-3.5, Gemma 4 assistants) ship them in the GGUF (``<arch>.nextn_predict_layers``).
+Models trained with MTP layers (Qwen3.5 / Qwen3-Next, DeepSeek V3 and later, GLM-4.5+)
+ship them in the GGUF (``<arch>.nextn_predict_layers``); llama.cpp's modes for several
+chained heads (Step-3.5: only the first is used here) and for heads sharing the target's
+KV (Gemma 4 assistants) are not implemented.
 llama.cpp loads them with ``load_mtp`` and runs them in a second context of type
 ``LLAMA_CONTEXT_TYPE_MTP`` over the same model. The MTP head at position p reads the
 token at p together with the target's hidden state at p - 1 (``h_nextn``), so:
@@ -13,7 +15,8 @@ token at p together with the target's hidden state at p - 1 (``h_nextn``), so:
 - after verification ``accept`` keeps the row of the last accepted token as the one to
   pair with next, and trims the MTP context like the target's KV;
 - ``propose`` drafts for every sequence in one batch per position: the pending token
-  with the carried row, then each drafted token with the MTP head's own output row.
+  with the carried row, then each drafted token with the MTP head's own output row
+  (``draft_model_min_p`` applies to the head's probability over the whole vocabulary).
 
 The hidden-state accessors (``llama_set_embeddings_nextn``, ``llama_get_embeddings_nextn``,
 ``..._ith``) live in llama.cpp's staging header ``llama-ext.h``: exported, but with C++
@@ -44,9 +47,10 @@ class MtpBackend(Protocol):
         """The target's hidden rows (n_tokens × n_embd) of its last decoded batch."""
         ...
 
-    def process(self, entries: Sequence[tuple[int, int, int, Row, bool]]) -> bool:
+    def process(self, entries: Sequence[tuple[int, int, int, Row, bool]]) -> int:
         """Decode (seq, token, position, hidden row, want output) entries in the MTP
-        context, in order; batch index i is entry i. False when llama.cpp refused."""
+        context, in order; batch index i is entry i. llama.cpp's status: 0 done, 1 no
+        room in the KV, other values refused."""
         ...
 
     def top1(self, index: int) -> tuple[int, float]:
@@ -61,6 +65,10 @@ class MtpBackend(Protocol):
 
     def seq_clear(self, seq: int) -> None: ...
 
+    def seq_end(self, seq: int) -> int:
+        """One past the last position the MTP context holds for ``seq`` (0 if none)."""
+        ...
+
 
 @dataclass
 class MtpDrafter:
@@ -68,6 +76,7 @@ class MtpDrafter:
     min_p: float = 0.0
     pending: dict[int, Row] = field(default_factory=dict)  # row to pair with next
     rows: dict[int, Row] = field(default_factory=dict)  # last batch's rows per sequence
+    known: set[int] = field(default_factory=set)  # sequences the MTP context may hold
 
     def _zero(self) -> Row:
         return np.zeros(self.backend.n_embd, dtype=np.float32)
@@ -82,20 +91,29 @@ class MtpDrafter:
         batch: list[tuple[int, int, int, Row, bool]] = []
         k = 0
         for seq, tokens, pos in entries:
-            self.backend.seq_trim(seq, pos)  # drafted positions from the last step
+            if self.backend.seq_end(seq) < pos:
+                # positions the target got elsewhere (prefix cache, disk): start this
+                # sequence afresh (its drafts see less context, and stay correct)
+                self.backend.seq_clear(seq)
+                self.pending.pop(seq, None)
+            else:
+                self.backend.seq_trim(seq, pos)  # drafted positions from the last step
             for j, token in enumerate(tokens):
                 row = self.pending.get(seq, self._zero()) if j == 0 else h[k + j - 1]
                 batch.append((seq, token, pos + j, row, False))
             self.rows[seq] = h[k:k + len(tokens)].copy()
             self.pending[seq] = self.rows[seq][-1]
             k += len(tokens)
-        if not self.backend.process(batch):
-            # e.g. a sequence whose earlier positions came from the prefix cache: start
-            # it afresh in the MTP context (its drafts see less context, stay correct)
-            for seq, _, _ in entries:
+        status = self.backend.process(batch)
+        if status == 1:  # the MTP KV is full of finished sequences: let them go
+            busy = {seq for seq, _, _ in entries}
+            for seq in [s for s in self.known if s not in busy]:
                 self.backend.seq_clear(seq)
-            if not self.backend.process(batch):
-                log.warning("MTP context refused a batch of %d tokens", total)
+                self.forget(seq)
+            status = self.backend.process(batch)
+        if status != 0:
+            log.warning("MTP context refused a batch of %d tokens (%d)", total, status)
+        self.known.update(seq for seq, _, _ in entries)
 
     def accept(self, seq: int, accepted: int, keep: int) -> None:
         """After verifying ``seq``'s draft: ``accepted`` drafted tokens kept, ``keep``
@@ -108,6 +126,7 @@ class MtpDrafter:
     def forget(self, seq: int) -> None:
         self.pending.pop(seq, None)
         self.rows.pop(seq, None)
+        self.known.discard(seq)
 
     def propose(self, work: dict[int, tuple[int, int, int]]) -> dict[int, list[int]]:
         """``work``: seq -> (pending token, its position, draft length)."""
@@ -115,7 +134,7 @@ class MtpDrafter:
         batch = [(seq, token, pos, self.pending.get(seq, self._zero()), True)
                  for seq, (token, pos, k) in work.items() if k > 0]
         while batch:
-            if not self.backend.process(batch):
+            if self.backend.process(batch) != 0:
                 break
             following = []
             for index, (seq, _, pos, _, _) in enumerate(batch):

@@ -43,14 +43,14 @@ class LlamaMtp:
         ptr = self.api.get(self.target.ctx)
         return np.ctypeslib.as_array(ptr, shape=(n_tokens, self.n_embd))
 
-    def process(self, entries: Sequence[tuple[int, int, int, Row, bool]]) -> bool:
+    def process(self, entries: Sequence[tuple[int, int, int, Row, bool]]) -> int:
         b = self.batch
         L.llama_batch_ext_clear(b)
         keep = []
         for seq, token, pos, row, out in entries:
             idx = L.llama_batch_ext_add_token(b, seq, token)
             if idx < 0:
-                return False
+                return -1
             self._pos.value = pos
             L.llama_batch_ext_set_pos(b, idx, ctypes.byref(self._pos))
             row = np.ascontiguousarray(row, dtype=np.float32)
@@ -58,9 +58,9 @@ class LlamaMtp:
             embd = L.llama_embd(row.ctypes.data_as(ctypes.POINTER(ctypes.c_float)), 1,
                                 self.n_embd)
             if not L.llama_batch_ext_set_embd_token(b, idx, embd):
-                return False
+                return -1
             L.llama_batch_ext_set_output_logits(b, idx, out)
-        return int(L.llama_process(self.ctx, L.LLAMA_PROCESS_TYPE_DECODE, b)) == 0
+        return int(L.llama_process(self.ctx, L.LLAMA_PROCESS_TYPE_DECODE, b))
 
     def top1(self, index: int) -> tuple[int, float]:
         ptr = L.llama_get_logits_ith(self.ctx, index)
@@ -79,5 +79,8 @@ class LlamaMtp:
 
     def seq_clear(self, seq: int) -> None:
         L.llama_memory_seq_rm(self.mem, seq, -1, -1)
+
+    def seq_end(self, seq: int) -> int:
+        return int(L.llama_memory_seq_pos_max(self.mem, seq)) + 1
 
 

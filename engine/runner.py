@@ -155,6 +155,10 @@ class Runner:
             cp.ctx_type = L.LLAMA_CONTEXT_TYPE_MTP
             cp.ctx_other = mtp_of
             cp.n_rs_seq = 0
+        elif not embeddings and cfg.draft_max_tokens:
+            # recurrent state (hybrid models) can only roll back rejected drafts from this
+            # many kept snapshots per sequence
+            cp.n_rs_seq = cfg.draft_max_tokens
         cp.n_ctx = n_ctx or cfg.n_ctx
         cp.n_batch = min(cfg.n_batch, cp.n_ctx)
         cp.n_ubatch = cp.n_batch if embeddings else min(cfg.n_ubatch, cfg.n_batch)

@@ -12,6 +12,7 @@ from engine.draft import (
     PromptLookup,
     Proposal,
     StepCost,
+    accepted_count,
     allocate,
     default_cost,
     verify,
@@ -168,3 +169,39 @@ def test_allocate_charges_a_catch_up_once_per_sequence() -> None:
     assert allocate([sure], 1, 100, cheap, setup=[50.0]) == [0]  # too far behind to pay
     lengths = allocate([sure, sure], 2, 100, cheap, setup=[0.0, 50.0])
     assert lengths[0] == 6 and lengths[1] == 0
+
+
+def test_accepted_count_when_the_request_stops_on_a_drafted_token() -> None:
+    assert accepted_count([5, 6, 7], [5, 6, 9]) == 2  # rejected at 7: the model said 9
+    assert accepted_count([5, 6, 7], [5, 6]) == 2  # stopped on 6 (end of text): no miss
+    assert accepted_count([5, 6, 7], [5, 6, 7, 8]) == 3 and accepted_count([], [4]) == 0
+
+
+def test_step_cost_below_the_smallest_measured_size_stays_positive_and_monotone() -> None:
+    cost = StepCost()
+    for n, s in ((8, 0.06), (8, 0.06), (16, 0.17), (16, 0.17), (1, 0.05)):
+        cost.observe(n, s)
+    small = [cost(n) for n in range(1, 9)]
+    assert all(c > 0.005 for c in small) and small == sorted(small)
+
+
+def test_a_replacement_seen_before_a_step_without_drafts_is_still_learned() -> None:
+    truth = [60 if t == 50 else t for t in SOURCE] + [2]
+    idx = NgramIndex(max_n=3)
+    idx.extend([*SOURCE, 1, 10, 11])
+    _, n = copy_step(idx, truth, 2, 8)  # rejected at 50: the model said 60
+    done = 2 + n
+    p = idx.propose(8)  # priced out this step: no draft, the model emits one token
+    idx.follow(p, 0, 0, truth[done:done + 1])
+    idx.extend(truth[done:done + 1])
+    done += 1
+    p, n = copy_step(idx, truth, done, 4)  # back in step with the source
+    assert n == 5 and idx.replacements == {50: 60}
+
+
+def test_a_request_stopping_on_a_drafted_token_is_not_a_miss() -> None:
+    idx = NgramIndex(max_n=2)
+    idx.extend([*SOURCE, 1, 10, 11])
+    p = idx.propose(6)  # 12, 13, 50, 14, ...
+    idx.follow(p, 6, 2, [12, 13])  # end of text right after 13
+    assert not idx.missed and idx.pending is None

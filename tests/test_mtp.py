@@ -27,6 +27,7 @@ class FakeMtp:
         self.trims: list[tuple[int, int]] = []
         self.cleared: list[int] = []
         self.refuse = 0
+        self.held: dict[int, int] = {}  # seq -> positions held
 
     def decode_target(self, entries: Sequence[tuple[int, Sequence[int], int]]) -> None:
         self.target = [hidden(pos + j, t) for _, tokens, pos in entries
@@ -35,12 +36,14 @@ class FakeMtp:
     def target_rows(self, n_tokens: int) -> Row:
         return np.stack(self.target[:n_tokens])
 
-    def process(self, entries: Sequence[Entry]) -> bool:
+    def process(self, entries: Sequence[Entry]) -> int:
         if self.refuse:
             self.refuse -= 1
-            return False
+            return 1  # no room in the KV
         self.batches.append(list(entries))
-        return True
+        for seq, _, pos, _, _ in entries:
+            self.held[seq] = max(self.held.get(seq, 0), pos + 1)
+        return 0
 
     def top1(self, index: int) -> tuple[int, float]:
         _, token, _, _, _ = self.batches[-1][index]
@@ -52,9 +55,14 @@ class FakeMtp:
 
     def seq_trim(self, seq: int, keep: int) -> None:
         self.trims.append((seq, keep))
+        self.held[seq] = min(self.held.get(seq, 0), keep)
 
     def seq_clear(self, seq: int) -> None:
         self.cleared.append(seq)
+        self.held.pop(seq, None)
+
+    def seq_end(self, seq: int) -> int:
+        return self.held.get(seq, 0)
 
 
 def absorb(d: MtpDrafter, fake: FakeMtp, entries: list[tuple[int, list[int], int]]) -> None:
@@ -105,13 +113,24 @@ def test_propose_chains_the_heads_own_rows_for_all_sequences_in_one_batch() -> N
     assert pairs(third) == [(10, 5, [1004, 9])]
 
 
-def test_min_p_stops_a_draft_and_refused_batches_restart_the_sequence() -> None:
+def test_min_p_stops_a_draft() -> None:
     fake = FakeMtp()
     d = MtpDrafter(fake, min_p=0.5)
     assert d.propose({0: (99, 3, 4)}) == {0: [100]}  # then p = 0.1 < 0.5: stop
-    fake.refuse = 1  # e.g. positions the prefix cache supplied: start over, then retry
-    absorb(d, fake, [(0, [5, 6], 10)])
-    assert fake.cleared == [0] and pairs(fake.batches[-1])[0] == (5, 10, [0, 0])
+
+
+def test_a_sequence_with_a_gap_starts_afresh_and_a_full_kv_drops_finished_ones() -> None:
+    fake = FakeMtp()
+    d = MtpDrafter(fake)
+    absorb(d, fake, [(0, [5, 6, 7], 0), (1, [40, 41], 0)])
+    # seq 0 now continues at 10: positions 3..9 came from the prefix cache or disk,
+    # the MTP context never saw them: clear it and pair the first token with zeros
+    absorb(d, fake, [(0, [8, 9], 10)])
+    assert fake.cleared == [0] and pairs(fake.batches[-1])[0] == (8, 10, [0, 0])
+    fake.refuse = 1  # the MTP KV is full: sequences not in this batch make room
+    absorb(d, fake, [(0, [10], 12)])
+    assert fake.cleared == [0, 1] and 1 not in d.pending
+    assert pairs(fake.batches[-1]) == [(10, 12, [11, 9])]
 
 
 def test_nextn_symbols_resolve_by_c_or_cpp_name() -> None:
