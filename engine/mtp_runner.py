@@ -28,7 +28,6 @@ class LlamaMtp:
         self.n_embd = int(L.llama_model_n_embd_out(runner.model))
         self.ctx = runner.new_context(cfg, mtp_of=runner.ctx)
         self.mem = L.llama_get_memory(self.ctx)
-        self.n_vocab = runner.n_vocab
         api.set(runner.ctx, True, False)  # the target: a hidden row for every token
         api.set(self.ctx, True, True)  # the MTP head: rows for the outputs only
         self.batch = L.llama_batch_ext_init(self.ctx)
@@ -63,11 +62,7 @@ class LlamaMtp:
         return int(L.llama_process(self.ctx, L.LLAMA_PROCESS_TYPE_DECODE, b))
 
     def top1(self, index: int) -> tuple[int, float]:
-        ptr = L.llama_get_logits_ith(self.ctx, index)
-        logits = np.ctypeslib.as_array(ptr, shape=(self.n_vocab,))
-        token = int(logits.argmax())
-        peak = float(logits[token])
-        return token, 1.0 / float(np.exp(logits - peak, dtype=np.float64).sum())
+        return self.target.argmax(index, self.ctx)
 
     def row(self, index: int) -> Row:
         ptr = self.api.get_ith(self.ctx, index)

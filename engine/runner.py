@@ -378,9 +378,10 @@ class Runner:
         b.batch.n_tokens = n
         return int(L.llama_decode(self.ctx, b.batch)), last
 
-    def argmax(self, batch_index: int) -> tuple[int, float]:
-        """The most likely next token and its probability."""
-        ptr = L.llama_get_logits_ith(self.ctx, batch_index)
+    def argmax(self, batch_index: int, ctx: Any = None) -> tuple[int, float]:
+        """The most likely next token at ``batch_index`` of the last decode (in this
+        runner's context, or ``ctx`` on the same model) and its probability."""
+        ptr = L.llama_get_logits_ith(ctx or self.ctx, batch_index)
         logits = np.ctypeslib.as_array(ptr, shape=(self.n_vocab,))
         token = int(logits.argmax())
         peak = float(logits[token])
