@@ -138,7 +138,8 @@ class NgramIndex:
         elif accepted and p.src >= 0:
             self.cursor, self.strikes = p.src + accepted + 1, 0
         elif self.cursor >= 0 and self.strikes < CURSOR_STRIKES:
-            self.cursor += len(tokens)
+            # missed at the first token: assume it replaced the one it was drafted from
+            self.cursor = (p.src if p.src >= 0 else self.cursor) + len(tokens)
             self.strikes += 1
         else:
             self.cursor = -1
