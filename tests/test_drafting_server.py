@@ -10,6 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import httpx
 import jsonschema
 import pytest
 from openai import OpenAI
@@ -32,6 +33,13 @@ def answer(client: OpenAI, i: int, **kwargs: Any) -> tuple[list[str], list[float
     content = r.choices[0].logprobs.content or []  # type: ignore[union-attr]
     return ([e.token for e in content],
             [e.top_logprobs[0].logprob - e.top_logprobs[1].logprob for e in content])
+
+
+def completion_tokens(body: dict[str, Any]) -> tuple[list[str], list[float]]:
+    """Tokens of a /v1/completions answer and each one's lead over the runner-up."""
+    lp = body["choices"][0]["logprobs"]
+    margins = [sorted(top.values(), reverse=True) for top in lp["top_logprobs"]]
+    return lp["tokens"], [m[0] - m[1] if len(m) > 1 else 99.0 for m in margins]
 
 
 def same_greedy(a: tuple[list[str], list[float]], b: tuple[list[str], list[float]]) -> None:
@@ -126,3 +134,24 @@ def test_bad_draft_setups_fail_at_start(tmp_path: Path) -> None:
                                "--port", "0"], capture_output=True, text=True, timeout=120)
         assert proc.returncode == 1 and message in proc.stderr, proc.stderr[-2000:]
     assert gemma_config()  # (the Gemma file exists: fetched by the test run)
+
+
+def test_prompt_lookup_on_a_sliding_window_model_rolls_back_cleanly(
+        gemma_server: ServerProcess, tmp_path: Path) -> None:
+    """Gemma 3 keeps most layers in a sliding-window KV: rejected drafts leave it too, and
+    greedy text stays the model's own."""
+    cfg = gemma_config()
+    cfg["model"]["draft_model"] = "prompt-lookup-decoding"
+    drafted = start_server(cfg, tmp_path)
+    code = "\n".join(f"def f{i}(x):\n    return x + {i}\n" for i in range(30))
+    try:
+        for prompt in (code + "\n" + code[:200], "Once upon a time"):
+            body = {"model": "x", "prompt": prompt, "max_tokens": 160, "temperature": 0,
+                    "logprobs": 2}
+            plain, fast = (completion_tokens(httpx.post(
+                f"{s.url}/v1/completions", json=body, timeout=300).json())
+                for s in (gemma_server, drafted))
+            same_greedy(plain, fast)
+        assert drafted.metrics()["llamaserve_draft_tokens_accepted_total"] > 50
+    finally:
+        drafted.stop()
