@@ -101,14 +101,17 @@ class NgramIndex:
             if self.replacements.get(last, last) == h[-1]:  # still in step with the source
                 return Proposal(self._copy(cur, k), "substitute" if self.missed else "cursor",
                                 cur)
-            for n in range(longest, 0, -1):
-                start = self._near_cursor(self.ends[n].get(hash(tuple(h[end - n:end])), []), end)
+        # where each trailing n-gram (longest first) occurred
+        occurrences = [(n, self.ends[n].get(hash(tuple(h[end - n:end])), []))
+                       for n in range(longest, 0, -1)]
+        if 0 < cur < end:
+            for _, ends in occurrences:
+                start = self._near_cursor(ends, end)
                 if start >= 0:
                     return Proposal(self._copy(start, k), "cursor", start)
             if self.missed:  # the model replaced a token: skip it
                 return Proposal(self._copy(cur, k), "substitute", cur)
-        for n in range(longest, 0, -1):
-            ends = self.ends[n].get(hash(tuple(h[end - n:end])), [])
+        for n, ends in occurrences:
             if len(ends) >= 2:  # the last one is the trailing n-gram itself
                 start = ends[-2]
                 return Proposal(self._copy(start, k), f"ngram{min(n, 3)}", start)
@@ -293,13 +296,14 @@ def allocate(chances: Sequence[Sequence[float]], base: int, limit: int,
     ``ALIGN`` tokens are kept to multiples of it: matrix kernels work in tiles, and a
     ragged last tile costs nearly a whole one (measured on CPU: 16 tokens 172 ms, 17
     tokens 210 ms)."""
-    per_token = cost(base) / max(base, 1)  # the time a token takes without drafts
+    plain = cost(base)
+    per_token = plain / max(base, 1)  # the time a token takes without drafts
     # a sequence whose catch-up costs more than all its drafts could save sits out
     drafting = [s for s, cs in enumerate(chances)
                 if not setup or setup[s] < sum(cs) * per_token]
     ranked = sorted(((c, -(setup[s] if setup else 0.0), s) for s in drafting
                      for c in chances[s]), reverse=True)
-    best, best_d, expected = base / cost(base), 0, float(base)
+    best, best_d, expected = base / plain, 0, float(base)
     paid: set[int] = set()
     fixed = 0.0
     for d, (c, _, s) in enumerate(ranked[:max(limit, 0)], 1):

@@ -43,7 +43,7 @@ class Drafting:
         self.model: DraftModel | None = None
         self.mtp: MtpDrafter | None = None
         self.mtp_backend: LlamaMtp | None = None
-        self.control_k = cfg.draft_max_tokens
+        self.k_max = cfg.draft_max_tokens
         self.n_batch = runner.n_batch
         self.step_cost = StepCost()
         self.draft_token_seconds = 0.0  # draft model: its time per drafted token (EMA)
@@ -73,7 +73,7 @@ class Drafting:
             r.draft = []
         if not decoding:
             return
-        k_max = self.control_k
+        k_max = self.k_max
         chances = []
         for r in decoding:
             if r.draft_state is None:
@@ -120,9 +120,8 @@ class Drafting:
             started = time.perf_counter()
             fed = self.model.sync({seq: history for seq, (history, _) in work.items()})
             if fed:
-                per_fed = (time.perf_counter() - started) / fed
-                self.sync_token_seconds = 0.9 * self.sync_token_seconds + 0.1 * per_fed \
-                    if self.sync_token_seconds else per_fed
+                self.sync_token_seconds = _ema(self.sync_token_seconds,
+                                               (time.perf_counter() - started) / fed)
             started = time.perf_counter()
             drafts = self.model.propose(work)
         else:
@@ -130,9 +129,9 @@ class Drafting:
             started = time.perf_counter()
             drafts = self.mtp.propose({seq: (r.output[-1], r.num_computed, k)
                                        for seq, (r, k) in wanting.items()})
-        per = (time.perf_counter() - started) / max(sum(map(len, drafts.values())), 1)
-        self.draft_token_seconds = 0.9 * self.draft_token_seconds + 0.1 * per \
-            if self.draft_token_seconds else per
+        drafted = max(sum(map(len, drafts.values())), 1)
+        self.draft_token_seconds = _ema(self.draft_token_seconds,
+                                        (time.perf_counter() - started) / drafted)
         return drafts
 
     def absorb(self, items: list[BatchItem]) -> None:
@@ -163,6 +162,11 @@ class Drafting:
         except Exception:
             log.exception("draft bookkeeping failed; request %d starts drafting afresh", r.id)
             r.draft_state = None
+
+
+def _ema(old: float, new: float) -> float:
+    """A running average of seconds per token (the first value as is)."""
+    return 0.9 * old + 0.1 * new if old else new
 
 
 def mtp_unavailable(runner: Runner) -> str:
