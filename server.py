@@ -75,8 +75,10 @@ def main(argv: list[str] | None = None) -> int:
         except (ModelSourceError, ModelLoadError, ValueError, OSError) as exc:
             raise RuntimeError(str(exc)) from exc
 
+    keepalive = config.server.keepalive_seconds or None  # WebSocket pings, like SSE comments
     return run(Lifecycle(load_app), host, args.port or config.server.port,
-               config.server.log_level, config.server.drain_timeout)
+               config.server.log_level, config.server.drain_timeout,
+               ws_ping_interval=keepalive, ws_ping_timeout=max(20.0, keepalive or 0))
 
 
 if __name__ == "__main__":

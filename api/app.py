@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import AsyncIterator
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -20,6 +21,7 @@ from api.embeddings import create_embedding
 from api.engine_client import EngineClient
 from api.errors import APIError, api_error_handler, http_error_handler, unhandled_error_handler
 from api.gate import Gate, HttpMetrics
+from api.reasoning_seal import ReasoningSeal
 from api.response_store import ResponseStore
 from api.responses import create_response, delete_response, get_response
 from api.responses_ws import responses_websocket
@@ -102,7 +104,10 @@ def build_app(config: Config, engine: Engine, manage_engine: bool = True) -> Sta
                         template=load_template(config, engine), layout=load_layout(config),
                         responses=ResponseStore(config.server.responses_store_max,
                                                 config.server.responses_store_max_bytes,
-                                                config.server.responses_store_ttl))
+                                                config.server.responses_store_ttl),
+                        seal=ReasoningSeal(config.server.reasoning_key
+                                           or os.environ.get("LLAMASERVE_REASONING_KEY"),
+                                           config.model.served_name()))
     engine.render_special = marker_tokens(engine.runner, state.layout)
 
     @contextlib.asynccontextmanager

@@ -135,7 +135,6 @@ async def create_chat_completion(request: Request) -> Response:
         async def chunks() -> AsyncIterator[bytes]:
             results = {r.index: ChoiceResult(r.index) for r in gen.requests}
             parsers = {r.index: parser() for r in gen.requests}
-            n_calls = dict.fromkeys(parsers, 0)
             extra_usage = {"usage": None} if include_usage else {}
 
             def chunk(index: int, delta: dict[str, Any], lp: Any = None,
@@ -152,24 +151,22 @@ async def create_chat_completion(request: Request) -> Response:
                     p = parsers[d.index]
                     new = p.feed(d.text) if d.text else MessageDelta()
                     if d.finish_reason is not None:
-                        tail = p.finish()
-                        new.reasoning += tail.reasoning
-                        new.content += tail.content
-                        new.tool_calls.extend(tail.tool_calls)
+                        new.extend(p.finish())
                     lp = _logprobs_json(state.runner, d.logprobs) \
                         if want_logprobs and d.logprobs else None
                     if new.reasoning:
                         yield chunk(d.index, {"reasoning_content": new.reasoning})
                     if new.content or lp is not None:
                         yield chunk(d.index, {"content": new.content} if new.content else {}, lp)
-                    for call in new.tool_calls:
-                        i = n_calls[d.index]
-                        n_calls[d.index] += 1
-                        yield chunk(d.index, {"tool_calls": [{
-                            "index": i, "id": call.id, "type": "function",
-                            "function": {"name": call.name, "arguments": ""}}]})
-                        yield chunk(d.index, {"tool_calls": [{
-                            "index": i, "function": {"arguments": call.arguments}}]})
+                    for part in new.calls:
+                        if part.name:
+                            yield chunk(d.index, {"tool_calls": [{
+                                "index": part.index, "id": part.id, "type": "function",
+                                "function": {"name": part.name, "arguments": ""}}]})
+                        if part.arguments:
+                            yield chunk(d.index, {"tool_calls": [{
+                                "index": part.index,
+                                "function": {"arguments": part.arguments}}]})
                     if d.finish_reason is not None:
                         flag = {"timed_out": True} if d.timed_out else {}
                         yield chunk(d.index, {}, None,
@@ -182,7 +179,7 @@ async def create_chat_completion(request: Request) -> Response:
                 yield sse({**base, "choices": [], "usage": u})
             yield DONE
 
-        return sse_response(gen, chunks())
+        return sse_response(gen, chunks(), state.config.server.keepalive_seconds)
 
     results: list[ChoiceResult] = await unless_disconnected(request, gen, collect(gen))
     choices = []

@@ -136,7 +136,7 @@ async def create_completion(request: Request) -> Response:
                 yield sse({**base, "choices": [], "usage": u})
             yield DONE
 
-        return sse_response(gen, chunks())
+        return sse_response(gen, chunks(), state.config.server.keepalive_seconds)
 
     results = await unless_disconnected(request, gen, collect(gen))
     choices = []

@@ -22,8 +22,12 @@ def _is_id(x: object) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
 
-def parse_input(body: Body, n_vocab: int) -> tuple[list[str] | None, list[list[int]] | None]:
-    """(texts, None) or (None, token lists); 400 for anything else."""
+def parse_input(body: Body, n_vocab: int, *, reject_ids: bool = False
+                ) -> tuple[list[str] | None, list[list[int]] | None]:
+    """(texts, None) or (None, token lists); 400 for anything else. ``reject_ids``
+    (``model.reject_token_id_inputs``): token ids are refused, since ids made by another
+    tokenizer (tiktoken, as LangChain's OpenAIEmbeddings sends by default) would be
+    embedded as this model's tokens — silently wrong vectors."""
     raw = body.data.get("input")
     shape = ("'input' must be a string, a list of strings, a list of token ids, or a list of "
              "token-id lists")
@@ -46,6 +50,11 @@ def parse_input(body: Body, n_vocab: int) -> tuple[list[str] | None, list[list[i
         raise invalid("input", "'input' must not be an empty list")
     else:
         raise invalid("input", shape)
+    if token_lists is not None and reject_ids:
+        raise APIError("this server embeds text only (model.reject_token_id_inputs): send "
+                       "strings, not token ids (LangChain: OpenAIEmbeddings("
+                       "check_embedding_ctx_length=False))", param="input",
+                       code="token_ids_not_accepted")
     count = len(texts if texts is not None else token_lists or [])
     if count > MAX_INPUTS:
         raise invalid("input", f"'input' may hold at most {MAX_INPUTS} items, got {count}")
@@ -88,7 +97,8 @@ async def create_embedding(request: Request) -> Response:
     if fmt not in ("float", "base64"):
         raise invalid("encoding_format", "'encoding_format' must be 'float' or 'base64'")
     dimensions = body.integer("dimensions", None, 1, embedder.n_embd)
-    texts, token_lists = parse_input(body, state.runner.n_vocab)
+    texts, token_lists = parse_input(body, state.runner.n_vocab,
+                                     reject_ids=state.config.model.reject_token_id_inputs)
     if texts is not None:
         token_lists = await state.client.run(_tokenize_all, state.runner, texts)
     assert token_lists is not None

@@ -14,25 +14,45 @@ ROLES = {"system", "developer", "user", "assistant", "tool", "function"}
 MAX_MESSAGES = 4096
 
 
-def _content(message: dict[str, Any], where: str) -> str | None:
-    content = message.get("content")
-    if content is None or isinstance(content, str):
+TEXT_PARTS = ("text", "input_text", "output_text", "summary_text", "reasoning_text")
+MEDIA_PARTS = {"image_url": "image", "input_image": "image", "input_audio": "audio",
+               "file": "file", "input_file": "file"}
+
+
+def part_text(part: Any, where: str) -> str:
+    """One content part of any API (chat, Responses) as prompt text. Media without a
+    projector become a short placeholder naming what was left out, never a 400."""
+    if not isinstance(part, dict) or not isinstance(part.get("type"), str):
+        raise invalid(where, "content parts must be objects with a 'type'")
+    kind = part["type"]
+    if kind in TEXT_PARTS:
+        if not isinstance(part.get("text"), str):
+            raise invalid(f"{where}.text", f"'{kind}' parts need a string 'text'")
+        return str(part["text"])
+    if kind == "refusal":
+        return str(part.get("refusal") or "")
+    if kind in MEDIA_PARTS:
+        name = part.get("filename") or (part.get("file") or {}).get("filename") \
+            if isinstance(part.get("file", {}), dict) else None
+        what = MEDIA_PARTS[kind] + (f" {name}" if isinstance(name, str) and name else "")
+        return f"[{what} omitted: this model does not read it]"
+    raise invalid(where, f"content part type {kind!r} is not supported")
+
+
+def content_text(content: Any, where: str) -> str:
+    """A string, or a list of parts joined by newlines."""
+    if isinstance(content, str):
         return content
     if isinstance(content, list):
-        texts = []
-        for i, part in enumerate(content):
-            if not isinstance(part, dict) or not isinstance(part.get("type"), str):
-                raise invalid(f"{where}.content[{i}]",
-                              "content parts must be objects with a 'type'")
-            if part["type"] not in ("text", "input_text", "output_text"):
-                raise invalid(f"{where}.content[{i}]",
-                              f"content part type '{part['type']}' is not supported by this "
-                              "model (text only)")
-            if not isinstance(part.get("text"), str):
-                raise invalid(f"{where}.content[{i}].text", "text parts need a string 'text'")
-            texts.append(part["text"])
-        return "\n".join(texts)
-    raise invalid(f"{where}.content", "'content' must be a string, a list of parts, or null")
+        return "\n".join(part_text(p, f"{where}[{i}]") for i, p in enumerate(content))
+    raise invalid(where, "'content' must be a string or a list of parts")
+
+
+def _content(message: dict[str, Any], where: str) -> str | None:
+    content = message.get("content")
+    if content is None:
+        return None
+    return content_text(content, f"{where}.content")
 
 
 def _tool_calls(calls: Any, where: str) -> list[dict[str, Any]]:

@@ -14,10 +14,12 @@ from api.chat import prepare
 from api.engine_client import Generation
 from api.errors import APIError, invalid
 from api.gate import note_usage
+from api.messages import parse_messages
 from api.params import Body, read_json, sampling
 from api.response_events import Event, ResponseBuilder
 from api.responses_request import ResponseRequest, parse_request
 from api.state import ServerState, new_id
+from api.streaming import with_keepalive
 from api.tools import parse_rules
 from parsers.message_stream import MessageDelta, MessageStream
 
@@ -33,8 +35,9 @@ class ResponseRun:
         self.state, self.req = state, req
         self.scope: MutableMapping[str, Any] = scope if scope is not None else {}
         self.base = [*history, *req.input_messages]  # what later turns continue from
+        seal = state.seal.seal if "reasoning.encrypted_content" in req.include else None
         self.builder = ResponseBuilder(new_id("resp").replace("-", "_"), state.model_name,
-                                       req.echo)
+                                       req.echo, req.offered, seal)
         self.conversation: list[dict[str, Any]] = list(self.base)
         self.gen: Generation | None = None
 
@@ -44,6 +47,7 @@ class ResponseRun:
                     else []) + self.base
         if not messages:
             raise invalid("input", "the conversation is empty")
+        messages = parse_messages(Body({"messages": messages}))  # as chat renders them
         body = Body({**req.chat_body, "messages": messages})
         rules = parse_rules(body)
         params = sampling(body, n_vocab=state.runner.n_vocab)
@@ -74,10 +78,7 @@ class ResponseRun:
                 new = parser.feed(d.text) if d.text else MessageDelta()
                 if d.finish_reason is not None:
                     finish = d.finish_reason
-                    tail = parser.finish()
-                    new.reasoning += tail.reasoning
-                    new.content += tail.content
-                    new.tool_calls.extend(tail.tool_calls)
+                    new.extend(parser.finish())
                 for event in self.builder.add(new):
                     yield event
         finally:
@@ -90,13 +91,13 @@ class ResponseRun:
                  "output_tokens_details": {"reasoning_tokens": reasoning_tokens},
                  "total_tokens": prompt_tokens + (completion if req.generate else 0)}
         if message.content or message.tool_calls:
-            self.conversation.append({
-                "role": "assistant", "content": message.content or None,
-                "tool_calls": [{"id": c.id, "type": "function", "function": {
+            turn: dict[str, Any] = {"role": "assistant", "content": message.content or None}
+            if message.tool_calls:
+                turn["tool_calls"] = [{"id": c.id, "type": "function", "function": {
                     "name": c.name, "arguments": c.arguments}} for c in message.tool_calls]
-                or None})
-            if self.conversation[-1]["tool_calls"] is None:
-                del self.conversation[-1]["tool_calls"]
+            if message.reasoning:
+                turn["reasoning_content"] = message.reasoning
+            self.conversation.append(turn)
         note_usage(self.scope, state.model_name, prompt_tokens,
                    completion if req.generate else 0)
         for event in self.builder.finish(finish, usage):
@@ -133,7 +134,7 @@ async def create_response(request: Request) -> Response:
     if state.template is None:
         raise APIError("This model has no chat template; set model.chat_template",
                        code="no_chat_template")
-    req = parse_request(body)
+    req = parse_request(body, state.seal.open)
     run = ResponseRun(state, req, _history(state, req.previous_response_id), request.scope)
     events = run.events()
     if body.boolean("stream", False):
@@ -142,8 +143,10 @@ async def create_response(request: Request) -> Response:
         async def stream() -> AsyncIterator[bytes]:
             try:
                 yield sse_event(first)
-                async for event in events:
-                    yield sse_event(event)
+                async for chunk in with_keepalive(
+                        (sse_event(e) async for e in events),
+                        state.config.server.keepalive_seconds):
+                    yield chunk
             except APIError as exc:
                 for event in run.builder.fail(exc.message, exc.code or "server_error"):
                     yield sse_event(event)

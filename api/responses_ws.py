@@ -84,7 +84,7 @@ class Connection:
         body = {k: v for k, v in data.items() if k not in ("type", "stream", "stream_id")}
         try:
             self.state.require_generative()
-            req = parse_request(Body(body))
+            req = parse_request(Body(body), self.state.seal.open)
             history = _history(self.state, req.previous_response_id, self.history)
         except APIError as exc:
             await self.send(_error(exc.code or "invalid_request", exc.message, type=exc.type,

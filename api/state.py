@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from api.engine_client import EngineClient
 from api.errors import APIError
 from api.gate import GateState
+from api.reasoning_seal import ReasoningSeal
 from api.response_store import ResponseStore
 from engine.config import Config
 from engine.runner import Runner
@@ -26,6 +27,7 @@ class ServerState:
     responses: ResponseStore = field(default_factory=lambda: ResponseStore(1000, 1 << 26, 3600))
     gate: GateState = field(default_factory=GateState)
     created: int = field(default_factory=lambda: int(time.time()))
+    seal: ReasoningSeal = field(default_factory=lambda: ReasoningSeal(None, ""))
 
     @property
     def runner(self) -> Runner:

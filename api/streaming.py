@@ -25,13 +25,41 @@ def sse(payload: dict[str, Any]) -> bytes:
     return b"data: " + json.dumps(payload, ensure_ascii=False).encode() + b"\n\n"
 
 
-def sse_response(gen: Generation, chunks: AsyncIterator[bytes]) -> StreamingResponse:
+KEEPALIVE = b": keep-alive\n\n"  # an SSE comment: clients skip it, proxies see traffic
+
+
+async def with_keepalive(chunks: AsyncIterator[bytes], seconds: float
+                         ) -> AsyncIterator[bytes]:
+    """``chunks``, with a keep-alive comment whenever none came for ``seconds`` (a long
+    prefill, or text held back): idle timeouts of clients and proxies never fire on a
+    stream that is alive. 0 turns it off."""
+    if seconds <= 0:
+        async for chunk in chunks:
+            yield chunk
+        return
+    it = aiter(chunks)
+    while True:
+        step = asyncio.ensure_future(anext(it))
+        try:
+            while not (await asyncio.wait({step}, timeout=seconds))[0]:
+                yield KEEPALIVE
+        finally:
+            step.cancel()  # the client left while we waited: stop the source too
+        try:
+            chunk = step.result()
+        except StopAsyncIteration:
+            return
+        yield chunk
+
+
+def sse_response(gen: Generation, chunks: AsyncIterator[bytes], keepalive: float = 0
+                 ) -> StreamingResponse:
     """Stream chunks; when the client disconnects Starlette cancels the iterator and
     the generation is cancelled, freeing its sequences at the next engine step."""
 
     async def body() -> AsyncIterator[bytes]:
         try:
-            async for chunk in chunks:
+            async for chunk in with_keepalive(chunks, keepalive):
                 yield chunk
         finally:
             gen.cancel()

@@ -8,7 +8,13 @@ from typing import Any
 
 from api.errors import invalid
 from api.params import Body
-from engine.grammar import Grammar, json_grammar, tool_call_grammar, xml_tool_call_grammar
+from engine.grammar import (
+    Grammar,
+    bare_call_grammar,
+    json_grammar,
+    tool_call_grammar,
+    xml_tool_call_grammar,
+)
 from parsers.response_schema import StreamLayout
 
 
@@ -87,11 +93,7 @@ def build_grammar(rules: OutputRules, layout: StreamLayout, in_reasoning: bool
         if forced and not layout.call_start:
             # no call markup in this family: a bare {"name", "arguments"} object, which the
             # response parser reads as a call when tools were offered
-            return json_grammar({"anyOf": [{
-                "type": "object", "properties": {
-                    "name": {"const": t["function"]["name"]},
-                    "arguments": t["function"].get("parameters") or {"type": "object"}},
-                "required": ["name", "arguments"]} for t in tools]})
+            return bare_call_grammar(tools)
     if rules.json_mode:
         after = layout.reasoning_end if in_reasoning else None
         return json_grammar(rules.json_schema, after=after)

@@ -54,6 +54,8 @@ class ServerConfig:
     rate_limit: int = 0  # requests per minute per API key (or client address); 0 = off
     log_file: str | None = None
     drain_timeout: float = 30.0  # seconds SIGTERM/SIGINT wait for in-flight requests
+    reasoning_key: str | None = None  # seals Responses reasoning (else $LLAMASERVE_REASONING_KEY)
+    keepalive_seconds: float = 10.0  # SSE comment when a stream is silent this long; 0 = off
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,7 @@ class ModelConfig:
     alias: str | None = None
     chat_template: str | None = None
     response_schema: dict[str, Any] | None = None
+    reject_token_id_inputs: bool = False  # /v1/embeddings refuses token-id inputs
     n_ctx: int = 4096
     n_seq_max: int = 4
     n_batch: int = 512

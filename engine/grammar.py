@@ -20,6 +20,8 @@ from typing import Any
 
 import llama_cpp.llama_grammar
 
+from engine.json_schema import SchemaError, SchemaSet
+
 _G: Any = llama_cpp.llama_grammar  # untyped Python module: used through Any
 
 
@@ -49,16 +51,43 @@ def _visit(conv: Any, schema: Any, name: str) -> str:
         raise GrammarError(f"cannot build a grammar for this JSON schema: {exc}") from None
 
 
+def _local(schemas: SchemaSet, schema: Any, where: str) -> Any:
+    try:
+        return schemas.add(schema, where)
+    except SchemaError as exc:
+        raise GrammarError(f"cannot build a grammar for this JSON schema: {exc}") from None
+
+
 def json_grammar(schema: dict[str, Any] | None, after: str | None = None) -> Grammar:
     """Any JSON object (``schema`` None) or a value of ``schema``. With ``after`` (the end
     of a reasoning block), the model reasons freely and the JSON follows that marker."""
-    conv = _converter()
-    value = _visit(conv, schema if schema is not None else {"type": "object"}, "json-value")
+    conv, schemas = _converter(), SchemaSet()
+    local = _local(schemas, schema if schema is not None else {"type": "object"}, "schema")
+    value = _visit(conv, schemas.root(local), "json-value")
     if after is None:
         conv._add_rule("root", value)
         return Grammar(str(conv.format_grammar()))
     conv._add_rule("root", f'{_gbnf_literal(after)} [ \\t\\n]* {value}')
     return Grammar(str(conv.format_grammar()), (_trigger(after),))
+
+
+def tool_parameters(tools: list[dict[str, Any]]) -> list[Any]:
+    """Each tool's parameter schema, compiled alone once to find the ones the grammar
+    cannot express: a ``strict`` tool's is a GrammarError naming the tool, any other
+    falls back to "any object" (its calls are returned as the model wrote them)."""
+    out = []
+    for tool in tools:
+        fn = tool["function"]
+        params = fn.get("parameters") or {"type": "object"}
+        try:
+            probe = SchemaSet()
+            _visit(_converter(), probe.root(_local(probe, params, "parameters")), "probe")
+        except GrammarError as exc:
+            if fn.get("strict"):
+                raise GrammarError(f"tool {fn['name']!r}: {exc}") from None
+            params = {"type": "object"}
+        out.append(params)
+    return out
 
 
 def _trigger(marker: str) -> str:
@@ -67,19 +96,33 @@ def _trigger(marker: str) -> str:
     return r"[\s\S]*?(" + re.escape(marker) + r"[\s\S]*)"
 
 
+def _call_objects(tools: list[dict[str, Any]]) -> tuple[SchemaSet, Any]:
+    """``{"name": <one of tools>, "arguments": <its parameters>}`` with each tool's schema
+    localized on its own, so its ``$ref`` s keep pointing into its own definitions."""
+    schemas = SchemaSet()
+    calls = []
+    for tool, params in zip(tools, tool_parameters(tools), strict=True):
+        name = tool["function"]["name"]
+        calls.append({"type": "object", "properties": {
+            "name": {"const": name},
+            "arguments": _local(schemas, params, f"tools.{name}.parameters")},
+            "required": ["name", "arguments"]})
+    return schemas, schemas.root(calls[0] if len(calls) == 1 else {"anyOf": calls})
+
+
+def bare_call_grammar(tools: list[dict[str, Any]]) -> Grammar:
+    """One bare ``{"name": ..., "arguments": ...}`` object (families without call markup)."""
+    conv = _converter()
+    conv._add_rule("root", _visit(conv, _call_objects(tools)[1], "call"))
+    return Grammar(str(conv.format_grammar()))
+
+
 def tool_call_grammar(tools: list[dict[str, Any]], start: str, end: str, *,
                       parallel: bool, lazy: bool) -> Grammar:
     """Blocks of ``start\\n{"name": <one of tools>, "arguments": <its parameters>}\\nend``;
     ``parallel`` allows several, separated by newlines."""
-    calls = []
-    for tool in tools:
-        fn = tool["function"]
-        params = fn.get("parameters") or {"type": "object"}
-        calls.append({"type": "object", "properties": {
-            "name": {"const": fn["name"]}, "arguments": params},
-            "required": ["name", "arguments"]})
     conv = _converter()
-    call = _visit(conv, calls[0] if len(calls) == 1 else {"anyOf": calls}, "call")
+    call = _visit(conv, _call_objects(tools)[1], "call")
     conv._add_rule("call-block", f'{_gbnf_literal(start + chr(10))} {call} '
                                  f'{_gbnf_literal(chr(10) + end)}')
     conv._add_rule("root", '"\\n"? call-block ("\\n" call-block)*' if parallel
@@ -92,18 +135,22 @@ def xml_tool_call_grammar(tools: list[dict[str, Any]], start: str, end: str, *,
     """Blocks of ``start\n<function=NAME>\n(<parameter=KEY>\nVALUE\n</parameter>\n)*
     </function>\nend``: required parameters in order, optional ones may be left out;
     string values are free text that cannot hold a newline followed by ``<``."""
-    conv = _converter()
+    conv, schemas = _converter(), SchemaSet()
     conv._add_rule("xml-text", '([^\\n] | "\\n" [^<])*')
     alternatives = []
-    for i, tool in enumerate(tools):
+    for i, (tool, params) in enumerate(zip(tools, tool_parameters(tools), strict=True)):
         fn = tool["function"]
-        params = fn.get("parameters") or {}
-        required = set(params.get("required", []))
+        local = _local(schemas, params, f"tools.{fn['name']}.parameters")
+        required = set(local.get("required", [])) if isinstance(local, dict) else set()
         parts = []
-        for j, (key, spec) in enumerate((params.get("properties") or {}).items()):
-            kind = spec.get("type") if isinstance(spec, dict) else None
-            value = "xml-text" if kind in (None, "string") else _visit(
-                conv, {"type": kind} if isinstance(kind, str) else spec, f"fn{i}-p{j}-value")
+        props = local.get("properties") if isinstance(local, dict) else None
+        for j, (key, spec) in enumerate((props or {}).items()):
+            target = spec
+            if "$ref" in spec:
+                target = schemas.defs.get(spec["$ref"].rsplit("/", 1)[-1], {})
+            kind = target.get("type")
+            value = "xml-text" if kind in (None, "string") or isinstance(kind, list) else \
+                _visit(conv, schemas.root(spec), f"fn{i}-p{j}-value")
             rule = conv._add_rule(f"fn{i}-p{j}", f'{_gbnf_literal(f"<parameter={key}>" + chr(10))} '
                                   f'{value} {_gbnf_literal(chr(10) + "</parameter>" + chr(10))}')
             parts.append(rule if key in required else f"{rule}?")

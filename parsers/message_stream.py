@@ -13,6 +13,14 @@ reasoning). A tool-call block is parsed when its end marker arrives, with the
 schema's ``x-regex-iterator`` and item schema. With tools offered, an answer that
 is only a bare JSON ``{"name": ..., "arguments": ...}`` (optionally fenced) is a
 tool call too: small models often answer that way.
+
+Tool calls stream: a call is announced (a ``CallChunk`` with its name) as soon as
+its name is known, JSON arguments (``{"name": ..., "arguments": {...}}`` blocks)
+follow as the model writes them and are returned exactly as written, and the last
+chunk closes the call. Other forms (XML parameters, bare JSON answers) are
+announced early and their arguments, typed by the tool's schema, come whole at the
+end. Nothing is held back longer than it takes to decide: a marker's length, a
+short run of whitespace, or the head of a bare JSON answer.
 """
 
 from __future__ import annotations
@@ -26,6 +34,14 @@ from typing import Any
 from parsers.response_schema import StreamLayout, apply_schema, coerce
 
 _FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
+_JSON_HEAD = re.compile(r'\s*\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*'
+                        r'"(?:arguments|parameters)"\s*:\s*(?=\{)')
+_XML_HEAD = re.compile(r"\s*<function=([^>\n]{1,256})>")
+_BARE_OPEN = re.compile(r"\s*(?:```(?:json)?\s*)?\[?\s*")
+_FENCE_OPENING = re.compile(r"\s*```[A-Za-z]*")
+_BARE_NAME = re.compile(r'\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)("?)')
+HEAD_LIMIT = 512  # chars of a call block searched for its name
+MAX_HELD_SPACE = 64  # trailing whitespace held back in case a call marker follows
 
 
 @dataclass(frozen=True)
@@ -33,16 +49,76 @@ class ToolCall:
     id: str
     name: str
     arguments: str  # a JSON object, as OpenAI clients expect
+    complete: bool = True  # False: cut off (max_tokens) before the call was closed
+
+
+@dataclass(frozen=True)
+class CallChunk:
+    """A piece of a streamed tool call. The first chunk of a call has its ``name``, the
+    last has ``done``; a call's ``arguments`` pieces join to its ``ToolCall.arguments``."""
+
+    index: int  # the call's position among the message's calls
+    id: str
+    name: str = ""
+    arguments: str = ""
+    done: bool = False
 
 
 @dataclass
 class MessageDelta:
     reasoning: str = ""
     content: str = ""
-    tool_calls: list[ToolCall] = field(default_factory=list)
+    tool_calls: list[ToolCall] = field(default_factory=list)  # calls completed now
+    calls: list[CallChunk] = field(default_factory=list)
 
     def __bool__(self) -> bool:
-        return bool(self.reasoning or self.content or self.tool_calls)
+        return bool(self.reasoning or self.content or self.tool_calls or self.calls)
+
+    def extend(self, other: MessageDelta) -> MessageDelta:
+        self.reasoning += other.reasoning
+        self.content += other.content
+        self.tool_calls.extend(other.tool_calls)
+        self.calls.extend(other.calls)
+        return self
+
+
+@dataclass
+class _Arguments:
+    """Scans a JSON object's text as it arrives, to find where it ends."""
+
+    start: int
+    pos: int = 0
+    sent: int = 0
+    depth: int = 0
+    in_string: bool = False
+    escaped: bool = False
+    end: int | None = None
+
+    def scan(self, text: str) -> str:
+        """Advance over ``text`` (the whole block so far); the newly scanned piece."""
+        i = max(self.pos, self.start)
+        while i < len(text) and self.end is None:
+            c = text[i]
+            if self.in_string:
+                if self.escaped:
+                    self.escaped = False
+                elif c == "\\":
+                    self.escaped = True
+                elif c == '"':
+                    self.in_string = False
+            elif c == '"':
+                self.in_string = True
+            elif c in "{[":
+                self.depth += 1
+            elif c in "}]":
+                self.depth -= 1
+                if self.depth == 0:
+                    self.end = i + 1
+            i += 1
+        self.pos = i
+        piece = text[max(self.sent, self.start):i]
+        self.sent = i
+        return piece
 
 
 def _held_prefix(text: str, marker: str) -> int:
@@ -73,6 +149,9 @@ class MessageStream:
         self.started = False  # any content or reasoning emitted (or opener consumed)
         self.skip_ws = False  # drop whitespace at the start of content (after reasoning)
         self.message = MessageDelta()  # everything so far
+        self.n_calls = 0
+        self.call: CallChunk | None = None  # the announced call being written
+        self.args: _Arguments | None = None  # its JSON arguments, streamed as written
 
     # -- public -----------------------------------------------------------------------
     def feed(self, text: str) -> MessageDelta:
@@ -89,15 +168,24 @@ class MessageStream:
         elif self.state == self.CONTENT:
             out.content += self.buf if self.started or not self.skip_ws else self.buf.lstrip()
         elif self.state == self.CALL:
-            call = self._parse_call(self.block + self.buf, complete=False)
-            if call is not None:
-                out.tool_calls.append(call)
+            self.block += self.buf
+            self._scan_arguments(out)
+            if self.call is not None and self.args is not None:
+                end = self.args.end if self.args.end is not None else len(self.block)
+                self._close(out, self.block[self.args.start:end], self.args.end is not None)
+            else:
+                parsed = self._parse_call(self.block, complete=False)
+                if parsed is not None or self.call is not None:
+                    self._whole(out, parsed, complete=parsed is not None)
         elif self.state == self.BARE_JSON:
             calls = self._bare_calls(self.buf)
-            if calls is None:
+            if calls is None and self.call is None:
                 out.content += self.buf
+            elif calls is None:
+                self._whole(out, None, complete=False)
             else:
-                out.tool_calls.extend(calls)
+                for call in calls:
+                    self._whole(out, call, complete=True)
         self.buf = ""
         return self._record(out)
 
@@ -135,7 +223,7 @@ class MessageStream:
                 return False
             self.buf = ""  # text after the tool calls is not part of the message
             return False
-        return False  # BARE_JSON: everything waits for finish()
+        return self._bare_json(out)
 
     def _strip_opener(self, text: str) -> str:
         opener = self.layout.reasoning_start
@@ -163,9 +251,10 @@ class MessageStream:
                     return True
                 if lay.reasoning_start.startswith(head):
                     return False  # could still be the opener
-            if self.bare_json and (head.startswith("{") or head.startswith("```")):
+            if self.bare_json and (head.startswith("{") or head.startswith("```")
+                                   or head.startswith("[")):
                 self.state = self.BARE_JSON
-                return False
+                return True
             if self.bare_json and "```".startswith(head):
                 return False  # empty so far, or maybe a code fence
         start = lay.call_start
@@ -180,6 +269,8 @@ class MessageStream:
         keep = _held_prefix(self.buf, start) if start else 0
         body = self.buf[: len(self.buf) - keep]
         trailing = len(body) - len(body.rstrip()) if start else 0  # may precede a call
+        if trailing > MAX_HELD_SPACE:
+            trailing = 0
         emit = body[: len(body) - trailing]
         if emit:
             out.content += emit
@@ -192,15 +283,92 @@ class MessageStream:
         assert end is not None
         self.block += self.buf
         self.buf = ""
-        i = self.block.find(end, max(0, self.scanned - len(end) + 1))
+        if self.call is None and len(self.block) <= HEAD_LIMIT:
+            self._announce(out)
+        self._scan_arguments(out)
+        if self.args is not None and self.args.end is None:
+            return False  # the end marker is searched for after the arguments
+        frm = max(self.args.end if self.args is not None and self.args.end else 0,
+                  self.scanned - len(end) + 1)
+        i = self.block.find(end, frm)
         if i < 0:
             self.scanned = len(self.block)
             return False
-        call = self._parse_call(self.block[:i], complete=True)
-        if call is not None:
-            out.tool_calls.append(call)
+        if self.call is not None and self.args is not None:
+            self._close(out, self.block[self.args.start:self.args.end], True)
+        else:
+            parsed = self._parse_call(self.block[:i], complete=True)
+            if parsed is not None or self.call is not None:
+                self._whole(out, parsed, complete=parsed is not None)
         self.buf = self.block[i + len(end):]
         self.block, self.scanned, self.state = "", 0, self.AFTER_CALLS
+        return True
+
+    def _announce(self, out: MessageDelta) -> None:
+        """Open the call once its name can be read from the block's head."""
+        m = _JSON_HEAD.match(self.block)
+        if m is not None:
+            name = _json_string(m.group(1))
+            if name:
+                self._open(out, name)
+                self.args = _Arguments(m.end())
+            return
+        x = _XML_HEAD.match(self.block)
+        if x is not None and x.group(1).strip():
+            self._open(out, x.group(1).strip())
+
+    def _scan_arguments(self, out: MessageDelta) -> None:
+        if self.call is not None and self.args is not None:
+            piece = self.args.scan(self.block)
+            if piece:
+                out.calls.append(CallChunk(self.call.index, self.call.id, arguments=piece))
+
+    def _open(self, out: MessageDelta, name: str) -> None:
+        self.call = CallChunk(self.n_calls, new_call_id(), name=name)
+        self.n_calls += 1
+        out.calls.append(self.call)
+
+    def _close(self, out: MessageDelta, arguments: str, complete: bool) -> None:
+        """Close the announced call whose arguments were streamed as written."""
+        assert self.call is not None
+        out.calls.append(CallChunk(self.call.index, self.call.id, done=True))
+        out.tool_calls.append(ToolCall(self.call.id, self.call.name, arguments, complete))
+        self.call, self.args = None, None
+
+    def _whole(self, out: MessageDelta, parsed: ToolCall | None, complete: bool) -> None:
+        """A call whose arguments come at once: closes the announced call (keeping the name
+        it was announced with) or opens and closes a new one."""
+        if self.call is None:
+            assert parsed is not None
+            self._open(out, parsed.name)
+        assert self.call is not None
+        arguments = parsed.arguments if parsed is not None else "{}"
+        out.calls.append(CallChunk(self.call.index, self.call.id, arguments=arguments,
+                                   done=True))
+        out.tool_calls.append(ToolCall(self.call.id, self.call.name, arguments, complete))
+        self.call, self.args = None, None
+
+    def _bare_json(self, out: MessageDelta) -> bool:
+        """An answer starting like JSON, with tools offered: held while it may still be a
+        bare call; announced once it names a tool; else released as content."""
+        if self.call is not None:
+            return False  # a call: the rest waits for finish()
+        head = self.buf[_BARE_OPEN.match(self.buf).end():]  # type: ignore[union-attr]
+        if not head or _FENCE_OPENING.fullmatch(self.buf):
+            return False
+        m = _BARE_NAME.match(head)
+        if m is None:
+            maybe = re.sub(r"\s+", "", head[:16])
+            if '{"name":"'.startswith(maybe) and len(maybe) < 9:
+                return False  # the head is still arriving
+        else:
+            name = _json_string(m.group(1)) if m.group(2) else None
+            if name is not None and name in self.tools:
+                self._open(out, name)
+                return False
+            if name is None and any(t.startswith(m.group(1)) for t in self.tools):
+                return False  # the name is still arriving
+        self.state, self.started = self.CONTENT, True  # not a call: content as usual
         return True
 
     # -- tool calls -----------------------------------------------------------------------
@@ -257,6 +425,14 @@ class MessageStream:
         self.message.content += out.content
         self.message.tool_calls.extend(out.tool_calls)
         return out
+
+
+def _json_string(body: str) -> str | None:
+    try:
+        value = json.loads(f'"{body}"')
+    except ValueError:
+        return None
+    return value if isinstance(value, str) else None
 
 
 def coerce_arguments(args: dict[str, Any], parameters: Any) -> dict[str, Any]:

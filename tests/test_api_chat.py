@@ -91,10 +91,14 @@ def test_logprobs_and_top_logprobs(client: OpenAI) -> None:
 
 def test_n_and_seed(client: OpenAI) -> None:
     messages = [{"role": "user", "content": "Name a random fruit."}]
+    # both computed from scratch: a prompt reused from the prefix cache (or copied to the
+    # sibling choice) sits in other KV cells, whose logits differ by up to ~0.3 in a
+    # unified KV, enough to move a temperature-1.0 draw (README: prefix cache)
+    fresh = {"cache_prompt": False}
     a = client.chat.completions.create(model="m", messages=messages, max_tokens=10, n=2,
-                                       seed=42, temperature=1.0)
+                                       seed=42, temperature=1.0, extra_body=fresh)
     b = client.chat.completions.create(model="m", messages=messages, max_tokens=10, n=2,
-                                       seed=42, temperature=1.0)
+                                       seed=42, temperature=1.0, extra_body=fresh)
     assert [c.index for c in a.choices] == [0, 1]
     assert [c.message.content for c in a.choices] == [c.message.content for c in b.choices]
 
@@ -146,7 +150,7 @@ def test_context_overflow(client: OpenAI) -> None:
         ({"messages": [{"role": "wizard", "content": "x"}]}, "messages[0].role"),
         ({"messages": [{"role": "user"}]}, "messages[0].content"),
         ({"messages": [{"role": "user", "content": 5}]}, "messages[0].content"),
-        ({"messages": [{"role": "user", "content": [{"type": "image_url",
+        ({"messages": [{"role": "user", "content": [{"type": "hologram",
                                                       "image_url": {"url": "x"}}]}]},
          "messages[0].content[0]"),
         ({"messages": FRANCE, "temperature": -1}, "temperature"),
@@ -162,3 +166,17 @@ def test_bad_inputs(qwen_server: ServerProcess, payload: dict[str, object], para
     err = r.json()["error"]
     assert err["param"] == param and err["type"] == "invalid_request_error"
     assert set(err) == {"message", "type", "param", "code"}
+
+
+def test_media_parts_without_a_projector_become_a_placeholder(qwen_server: ServerProcess
+                                                              ) -> None:
+    """What an agent CLI sends when a user attaches a picture to a text-only model."""
+    r = httpx.post(f"{qwen_server.base_url}/chat/completions", timeout=60, json={
+        "model": "m", "max_tokens": 1, "messages": [{"role": "user", "content": [
+            {"type": "text", "text": "What is in this picture?"},
+            {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]}]})
+    assert r.status_code == 200, r.text
+    plain = httpx.post(f"{qwen_server.base_url}/chat/completions", timeout=60, json={
+        "model": "m", "max_tokens": 1, "messages": [
+            {"role": "user", "content": "What is in this picture?"}]})
+    assert r.json()["usage"]["prompt_tokens"] > plain.json()["usage"]["prompt_tokens"] + 5

@@ -168,3 +168,22 @@ def test_generation_model_serves_embeddings_without_losing_its_cache(tmp_path: P
         assert len("".join(chunks)) > 50
     finally:
         server.stop()
+
+
+def test_reject_token_id_inputs_refuses_ids_and_keeps_text(tmp_path: Path) -> None:
+    """LangChain's OpenAIEmbeddings sends tiktoken ids by default; an embedding server
+    that only expects text can refuse them instead of embedding the wrong tokens."""
+    cfg = load_config("all-minilm-l6-v2.json")
+    cfg["model"].update(path=require_model("minilm"), reject_token_id_inputs=True)
+    server = start_server(cfg, tmp_path)
+    try:
+        for ids in ([101, 7592, 102], [[101, 7592, 102]]):
+            r = post(server, {"input": ids})
+            assert r.status_code == 400
+            err = r.json()["error"]
+            assert err["code"] == "token_ids_not_accepted" and err["param"] == "input"
+            assert "check_embedding_ctx_length=False" in err["message"]
+        ok = post(server, {"input": ["plain text"]})
+        assert ok.status_code == 200 and len(ok.json()["data"][0]["embedding"]) == 384
+    finally:
+        server.stop()

@@ -14,7 +14,8 @@ import pytest
 from openai import OpenAI
 from websockets.sync.client import connect
 
-from conftest import ServerProcess, qwen_config, start_server
+from conftest import ServerProcess, load_config, qwen_config, start_server
+from responses_protocol import check_events
 
 WEATHER: list[Any] = [{"type": "function", "name": "get_weather",
                        "description": "Get the current weather for a city",
@@ -159,8 +160,8 @@ def test_json_schema_text_format(client: OpenAI) -> None:
 
 
 @pytest.mark.parametrize("body, param", [
-    ({"input": "x", "tools": [{"type": "web_search"}]}, "tools[0]"),
-    ({"input": [{"type": "image_generation_call"}]}, "input[0].type"),
+    ({"input": "x", "tools": [{"type": "teleport"}]}, "tools[0].type"),
+    ({"input": [{"type": "hologram"}]}, "input[0].type"),
     ({"input": [{"type": "message", "role": "robot", "content": "x"}]}, "input[0].role"),
     ({"input": 42}, "input"),
     ({"input": "x", "text": {"format": {"type": "yaml"}}}, "text.format"),
@@ -286,5 +287,238 @@ def test_websocket_from_another_server_config(tmp_path: Any) -> None:
                                  store=False, max_output_tokens=3)
             (event,) = until_done(conn)
             assert event.type == "error" and event.error.code == "previous_response_not_found"
+    finally:
+        s.stop()
+
+
+# -- the streaming state machine and every tool kind, over SSE and WebSocket -------------
+CODEX_LIKE_TOOLS: list[Any] = [
+    *WEATHER,
+    {"type": "custom", "name": "apply_patch", "description": "Apply a patch to files",
+     "format": {"type": "grammar", "syntax": "lark", "definition": "start: /[\\s\\S]+/"}},
+    {"type": "local_shell"},
+    {"type": "namespace", "name": "notes", "description": "Note taking",
+     "tools": [{"type": "function", "name": "add_note", "parameters": {
+         "type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}}]},
+    {"type": "web_search"}, {"type": "file_search", "vector_store_ids": ["vs_1"]},
+    {"type": "image_generation"}, {"type": "code_interpreter", "container": {"type": "auto"}},
+    {"type": "mcp", "server_label": "x", "server_url": "http://127.0.0.1:1"},
+]
+STREAMS: dict[str, dict[str, Any]] = {
+    "text": {"input": "Name three colors.", "max_output_tokens": 30},
+    "cut text": {"input": "Write a long story about a dragon.", "max_output_tokens": 6},
+    "function call": {"input": "What is the weather in Paris?", "tools": CODEX_LIKE_TOOLS,
+                      "tool_choice": {"type": "function", "name": "get_weather"}},
+    "custom tool call": {"input": "Add a file hello.txt containing hi.",
+                         "tools": CODEX_LIKE_TOOLS,
+                         "tool_choice": {"type": "custom", "name": "apply_patch"},
+                         "max_output_tokens": 60},
+    "local shell call": {"input": "List the files in /tmp.", "tools": CODEX_LIKE_TOOLS,
+                         "tool_choice": {"type": "local_shell"}, "max_output_tokens": 40},
+    "namespaced call": {"input": "Remember: buy milk.", "tools": CODEX_LIKE_TOOLS[3:],
+                        "tool_choice": "required", "max_output_tokens": 40},
+}
+
+
+def ws_events(server: ServerProcess, body: dict[str, Any]) -> list[dict[str, Any]]:
+    with connect(ws_url(server)) as ws:
+        ws.send(json.dumps({"type": "response.create", **body}))
+        events = []
+        while True:
+            event = json.loads(ws.recv(timeout=120))
+            events.append(event)
+            if event["type"] in TERMINAL:
+                return events
+
+
+@pytest.mark.parametrize("name", list(STREAMS))
+def test_streams_follow_the_state_machine_over_sse_and_websocket(
+        server: ServerProcess, name: str) -> None:
+    body = {"model": "x", "temperature": 0, **STREAMS[name]}
+    sse = check_events(sse_events(server, body))
+    ws = check_events(ws_events(server, body))
+    kinds = [[i["type"] for i in r["output"]] for r in (sse, ws)]
+    assert kinds[0] == kinds[1], kinds  # the same model answer, whichever transport
+    expected = {"function call": "function_call", "custom tool call": "custom_tool_call",
+                "local shell call": "local_shell_call", "namespaced call": "function_call"}
+    if name in expected:
+        for r in (sse, ws):
+            item = r["output"][-1]
+            assert item["type"] == expected[name], r["output"]
+            if name == "custom tool call":
+                assert item["name"] == "apply_patch" and isinstance(item["input"], str)
+            if name == "local shell call":
+                assert item["action"]["type"] == "exec" and item["action"]["command"]
+            if name == "namespaced call":
+                assert (item["namespace"], item["name"]) == ("notes", "add_note")
+    if name == "cut text":
+        assert sse["status"] == "incomplete" and sse["output"][-1]["status"] == "incomplete"
+
+
+def test_sdk_stream_snapshot_holds_the_arguments_once(client: OpenAI) -> None:
+    """The OpenAI SDK's responses.stream() appends argument deltas onto the added item."""
+    snapshots = []
+    with client.responses.stream(model="x", input="What is the weather in Rome?",
+                                 tools=WEATHER, temperature=0,
+                                 tool_choice={"type": "function", "name": "get_weather"}
+                                 ) as stream:
+        for event in stream:
+            if event.type == "response.function_call_arguments.delta":
+                snapshots.append(event.snapshot)
+        final = stream.get_final_response()
+    (item,) = final.output
+    assert item.type == "function_call"
+    assert snapshots and snapshots[-1] == item.arguments
+    assert json.loads(snapshots[-1]) == {"city": "Rome"}
+
+
+def test_one_conversation_is_one_prompt_through_chat_and_responses(
+        server: ServerProcess, client: OpenAI) -> None:
+    """The same conversation built through chat messages, Responses input items and
+    previous_response_id history renders to the same tokens: the second request
+    finds all but its last token in the prefix cache."""
+    args = '{"city": "Paris"}'
+    system = "You are a weather bot. " * 8
+    chat_messages: list[Any] = [
+        {"role": "system", "content": system},
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": None, "tool_calls": [{
+            "id": "call_1", "type": "function",
+            "function": {"name": "get_weather", "arguments": args}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "18 C and sunny"},
+        {"role": "user", "content": "Thanks! Is it warm?"}]
+    items: list[Any] = [
+        {"role": "user", "content": "Weather in Paris?"},
+        {"type": "function_call", "call_id": "call_1", "name": "get_weather",
+         "arguments": args},
+        {"type": "function_call_output", "call_id": "call_1", "output": "18 C and sunny"},
+        {"role": "user", "content": [{"type": "input_text", "text": "Thanks! Is it warm?"}]}]
+    chat_tools = [{"type": "function", "function": {k: v for k, v in WEATHER[0].items()
+                                                     if k != "type"}}]
+    chat = client.chat.completions.create(model="x", messages=chat_messages, tools=chat_tools,
+                                          max_tokens=1, temperature=0)
+    resp = client.responses.create(model="x", instructions=system, input=items, tools=WEATHER,
+                                   max_output_tokens=1, temperature=0)
+    assert chat.usage is not None and resp.usage is not None
+    assert resp.usage.input_tokens == chat.usage.prompt_tokens
+    assert resp.usage.input_tokens_details.cached_tokens == resp.usage.input_tokens - 1
+    # the same through previous_response_id: a stored turn with the call, then its output
+    first = client.responses.create(
+        model="x", instructions=system, input="Weather in Lyon?", tools=WEATHER,
+        temperature=0, tool_choice={"type": "function", "name": "get_weather"})
+    (call,) = first.output
+    assert call.type == "function_call"
+    second = client.responses.create(
+        model="x", instructions=system, previous_response_id=first.id, tools=WEATHER,
+        max_output_tokens=1, temperature=0,
+        input=[{"type": "function_call_output", "call_id": call.call_id, "output": "9 C"}])
+    again = client.chat.completions.create(
+        model="x", tools=chat_tools, max_tokens=1, temperature=0, messages=[
+            {"role": "system", "content": system},
+            {"role": "user", "content": "Weather in Lyon?"},
+            {"role": "assistant", "content": None, "tool_calls": [{
+                "id": call.call_id, "type": "function",
+                "function": {"name": call.name, "arguments": call.arguments}}]},
+            {"role": "tool", "tool_call_id": call.call_id, "content": "9 C"}])
+    assert again.usage is not None and second.usage is not None
+    assert again.usage.prompt_tokens == second.usage.input_tokens
+    assert again.usage.prompt_tokens_details is not None
+    assert again.usage.prompt_tokens_details.cached_tokens == again.usage.prompt_tokens - 1
+
+
+def test_codex_style_inputs_are_accepted(server: ServerProcess) -> None:
+    """Items Codex sends back: custom and shell calls with their outputs, output given as
+    content parts, hosted tools' call items, images without a projector, reasoning."""
+    body = {"model": "x", "max_output_tokens": 5, "temperature": 0, "store": False,
+            "tools": CODEX_LIKE_TOOLS, "input": [
+                {"role": "user", "content": [
+                    {"type": "input_text", "text": "Fix the bug."},
+                    {"type": "input_image", "image_url": "data:image/png;base64,AAAA"}]},
+                {"type": "reasoning", "id": "rs_1", "summary": [
+                    {"type": "summary_text", "text": "Look at the file first."}]},
+                {"type": "local_shell_call", "id": "lsh_1", "call_id": "c1", "status":
+                 "completed", "action": {"type": "exec", "command": ["cat", "a.py"],
+                                         "env": {}}},
+                {"type": "local_shell_call_output", "call_id": "c1", "output": "print(1)"},
+                {"type": "custom_tool_call", "call_id": "c2", "name": "apply_patch",
+                 "input": "*** Begin Patch\n*** End Patch"},
+                {"type": "custom_tool_call_output", "call_id": "c2", "output": "Done"},
+                {"type": "function_call", "call_id": "c3", "name": "add_note",
+                 "namespace": "notes", "arguments": '{"text": "x"}'},
+                {"type": "function_call_output", "call_id": "c3", "output": [
+                    {"type": "input_text", "text": "saved"}]},
+                {"type": "web_search_call", "id": "ws_1", "status": "completed",
+                 "action": {"type": "search", "query": "x"}},
+                {"type": "item_reference", "id": "msg_0"},
+                {"role": "user", "content": "Thanks."}]}
+    r = httpx.post(f"{server.base_url}/responses", json=body, timeout=120)
+    assert r.status_code == 200, r.text
+    assert r.json()["status"] in ("completed", "incomplete")
+
+
+THINKING_TEMPLATE = (
+    "{%- for m in messages -%}<|im_start|>{{ m.role }}\n"
+    "{%- if m.role == 'assistant' and m.reasoning_content %}<think>\n{{ m.reasoning_content }}"
+    "\n</think>\n{% endif %}{{ m.content or '' }}<|im_end|>\n{% endfor -%}"
+    "{%- if add_generation_prompt %}<|im_start|>assistant\n<think>\n{% endif %}")
+
+
+def test_reasoning_encrypted_content_round_trips_without_a_store(tmp_path: Any) -> None:
+    """A template that opens a <think> block makes every answer start as reasoning; with
+    include=reasoning.encrypted_content the reasoning item carries a sealed copy, which,
+    sent back alone on a stateless turn, is opened and rendered again (a forged token is
+    ignored)."""
+    cfg = qwen_config(chat_template=THINKING_TEMPLATE, response_schema=load_config(
+        "qwen3.5-0.8b.json")["model"]["response_schema"])
+    cfg["server"] = {**cfg.get("server", {}), "reasoning_key": "k" * 32}
+    s = start_server(cfg, tmp_path)
+    try:
+        c = OpenAI(base_url=s.base_url, api_key="unused", max_retries=0, timeout=120)
+        r = c.responses.create(model="x", input="What is 2+2?", temperature=0,
+                               max_output_tokens=24, store=False,
+                               include=["reasoning.encrypted_content"])
+        (reasoning,) = [i for i in r.output if i.type == "reasoning"]
+        text = reasoning.content[0].text  # type: ignore[index]
+        token = reasoning.encrypted_content
+        assert text and token and text not in token  # opaque
+        back: list[Any] = [{"type": "reasoning", "id": reasoning.id, "summary": [],
+                            "encrypted_content": token},
+                           {"role": "assistant", "content": "4"},
+                           {"role": "user", "content": "And 3+3?"}]
+        forged = [{**back[0], "encrypted_content": token[:-6] + "AAAAAA"}, *back[1:]]
+        plain = c.responses.create(model="x", input=back[1:], temperature=0,
+                                   max_output_tokens=1, store=False)
+        turn = c.responses.create(model="x", input=back, temperature=0, max_output_tokens=1,
+                                  store=False)
+        bad = c.responses.create(model="x", input=forged, temperature=0, max_output_tokens=1,
+                                 store=False)
+        assert turn.usage and plain.usage and bad.usage
+        n_text = len(httpx.post(f"{s.base_url}/tokenize", json={"prompt": text},
+                                timeout=30).json()["tokens"])
+        # the opened reasoning is in the prompt again; the forged token added nothing
+        assert turn.usage.input_tokens >= plain.usage.input_tokens + n_text - 2
+        assert bad.usage.input_tokens == plain.usage.input_tokens
+    finally:
+        s.stop()
+
+
+def test_silent_streams_carry_keepalives(tmp_path: Any) -> None:
+    """A long prefill sends SSE comments before the first token, on chat and Responses."""
+    cfg = qwen_config(n_batch=64, n_ubatch=64)  # small steps: the prefill takes a while
+    cfg["server"] = {**cfg.get("server", {}), "keepalive_seconds": 0.2}
+    s = start_server(cfg, tmp_path)
+    try:
+        long = "Here is a list. " + " ".join(f"Item {i} is number {i}." for i in range(250))
+        for path, body in (("/chat/completions", {"messages": [
+                                {"role": "user", "content": long}], "max_tokens": 2}),
+                           ("/responses", {"input": long, "max_output_tokens": 2})):
+            lines = []
+            with httpx.stream("POST", f"{s.base_url}{path}", timeout=120,
+                              json={"model": "x", "stream": True, **body}) as r:
+                lines = [line for line in r.iter_lines() if line]
+            # two tokens are generated: the only silence is the prefill
+            assert ": keep-alive" in lines, (path, lines[:5])
+            assert lines[-1] in ("data: [DONE]",) or "response.completed" in lines[-1] \
+                or "response.incomplete" in lines[-1]
     finally:
         s.stop()

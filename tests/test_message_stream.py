@@ -66,6 +66,18 @@ CASES = [
          content='{"name": "get_weather", "arguments": {}}'),
     Case("json that is not a call stays content", "qwen2.5-coder-0.5b",
          '{"answer": 42}', content='{"answer": 42}', tools=WEATHER),
+    Case("bare json naming no tool is content", "qwen2.5-coder-0.5b",
+         '{"name": "other", "arguments": {}}', content='{"name": "other", "arguments": {}}',
+         tools=WEATHER),
+    Case("json list answer is content", "qwen2.5-coder-0.5b", "[1, 2] and [3]",
+         content="[1, 2] and [3]", tools=WEATHER),
+    Case("bare json list of calls", "qwen2.5-coder-0.5b",
+         '[{"name": "get_weather", "arguments": {"city": "A"}}, '
+         '{"name": "get_weather", "arguments": {"city": "B"}}]',
+         calls=[("get_weather", {"city": "A"}), ("get_weather", {"city": "B"})], tools=WEATHER),
+    Case("hermes call with braces and quotes in strings", "qwen2.5-coder-0.5b",
+         '<tool_call>\n{"name": "get_weather", "arguments": {"city": "a}\\"{b", "days": 1}}'
+         '\n</tool_call>', calls=[("get_weather", {"city": 'a}"{b', "days": 1})], tools=WEATHER),
     Case("trailing whitespace kept when no call follows", "qwen2.5-coder-0.5b",
          "Done.  \n", content="Done.  \n"),
     # Qwen3.5: <think> and XML calls
@@ -108,6 +120,20 @@ def split(text: str, rng: random.Random) -> list[str]:
     return [text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)], strict=True)]
 
 
+def check_chunks(message: MessageDelta, deltas: list[MessageDelta]) -> None:
+    """Each call is announced once with its name, closed once, and its argument pieces
+    join to its final arguments, in stream order."""
+    chunks = [c for d in deltas for c in d.calls]
+    assert [c.index for c in chunks if c.name] == list(range(len(message.tool_calls)))
+    for i, call in enumerate(message.tool_calls):
+        mine = [c for c in chunks if c.index == i]
+        assert mine[0].name == call.name and all(not c.name for c in mine[1:])
+        assert [c.done for c in mine].count(True) == 1 and mine[-1].done
+        assert {c.id for c in mine} == {call.id}
+        assert "".join(c.arguments for c in mine) == call.arguments
+    assert [c for d in deltas for c in d.tool_calls] == message.tool_calls
+
+
 def check(case: Case, message: MessageDelta) -> None:
     assert message.reasoning == case.reasoning
     assert message.content == case.content
@@ -130,6 +156,7 @@ def test_any_chunking_gives_the_same_message(case: Case) -> None:
         # deltas carry only what is new and add up to the message
         assert "".join(d.content for d in deltas) == message.content
         assert "".join(d.reasoning for d in deltas) == message.reasoning
+        check_chunks(message, deltas)
         for d in deltas:  # markup never leaks into content
             assert "<tool_call>" not in d.content and "<think>" not in d.content
 
@@ -152,7 +179,7 @@ def test_only_a_bounded_tail_is_ever_held_back() -> None:
     s.feed(' <tool_call>{"name": "get_weather", "arguments": {"city": "')
     for _ in range(5000):
         s.feed("ab")
-        assert s.buf == "" and s.scanned == len(s.block)
+        assert s.buf == "" and s.args is not None and s.args.pos == len(s.block)
     s.feed('"}}</tool_call>')
     message = s.message
     assert len(message.content) > 10000 and len(message.tool_calls) == 1
@@ -172,3 +199,35 @@ def test_apply_schema_on_the_full_text_agrees() -> None:
     parsed = apply_schema(SCHEMAS["qwen3.5-0.8b"], xml)
     assert parsed["reasoning_content"] == "hm\n"
     assert parsed["tool_calls"][0]["function"] == {"name": "f", "arguments": {"a": "1"}}
+
+
+def test_a_call_is_announced_as_soon_as_its_name_is_known() -> None:
+    s = MessageStream(stream_layout(SCHEMAS["qwen2.5-coder-0.5b"]), tools=WEATHER)
+    assert not s.feed("<tool_call>\n{\"name\": \"get_wea")
+    d = s.feed('ther", "arguments": {"ci')
+    assert [(c.name, c.arguments) for c in d.calls] == [("get_weather", ""), ("", '{"ci')]
+    d = s.feed('ty": "Rome"}')
+    assert [c.arguments for c in d.calls] == ['ty": "Rome"}'] and not d.tool_calls
+    d = s.feed("}\n</tool_call>")
+    assert [c.done for c in d.calls] == [True]
+    assert d.tool_calls[0].arguments == '{"city": "Rome"}'  # as the model wrote it
+
+
+def test_a_call_cut_off_is_returned_incomplete() -> None:
+    s = MessageStream(stream_layout(SCHEMAS["qwen2.5-coder-0.5b"]), tools=WEATHER)
+    s.feed('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Par')
+    tail = s.finish()
+    assert tail.tool_calls == [s.message.tool_calls[0]]
+    call = s.message.tool_calls[0]
+    assert (call.name, call.arguments, call.complete) == ("get_weather", '{"city": "Par', False)
+
+
+def test_bare_json_is_announced_or_released_early() -> None:
+    s = MessageStream(stream_layout(SCHEMAS["qwen2.5-coder-0.5b"]), tools=WEATHER)
+    d = s.feed('{"name": "get_weather", "arguments": {"city": "Lim')
+    assert [c.name for c in d.calls] == ["get_weather"]
+    s = MessageStream(stream_layout(SCHEMAS["qwen2.5-coder-0.5b"]), tools=WEATHER)
+    assert s.feed('{"answer": ').content == '{"answer":'  # not a call: streamed at once
+    s = MessageStream(stream_layout(SCHEMAS["qwen2.5-coder-0.5b"]), tools=WEATHER)
+    assert not s.feed('```json\n{"na')  # may still be a call
+    assert s.feed('me": "x", "arguments": {}}').content.startswith("```json")

@@ -1,49 +1,152 @@
-"""Responses API events built from parsed deltas, with no model."""
+"""Responses API events built from parsed deltas, with no model: every item type, fed
+through the real parser in any chunking, against the streaming state machine."""
 
 from __future__ import annotations
 
+import json
+import random
+from typing import Any
+
+import pytest
+
+from api.params import Body
 from api.response_events import ResponseBuilder
-from parsers.message_stream import MessageDelta, ToolCall
+from api.responses_request import parse_request
+from conftest import load_config
+from parsers.message_stream import MessageStream
+from parsers.response_schema import stream_layout
+from responses_protocol import check_events
+
+HERMES = stream_layout(load_config("qwen2.5-coder-0.5b.json")["model"]["response_schema"])
+QWEN35 = stream_layout(load_config("qwen3.5-0.8b.json")["model"]["response_schema"])
+TOOLS: list[dict[str, Any]] = [
+    {"type": "function", "name": "get_weather",
+     "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}},
+    {"type": "custom", "name": "apply_patch", "description": "Edit files",
+     "format": {"type": "grammar", "syntax": "lark", "definition": "start: /.+/"}},
+    {"type": "local_shell"},
+    {"type": "namespace", "name": "crm", "description": "CRM", "tools": [
+        {"type": "function", "name": "find", "parameters": {"type": "object"}}]},
+    {"type": "web_search"},
+]
 
 
-def test_reasoning_then_text_then_calls_open_and_close_items_in_order() -> None:
-    b = ResponseBuilder("resp_1", "m", {"store": True})
+def call(name: str, args: dict[str, Any]) -> str:
+    return f'<tool_call>\n{{"name": "{name}", "arguments": {json.dumps(args)}}}\n</tool_call>'
+
+
+TEXTS = {
+    "text then every call kind": "Let me look.\n" + "\n".join([
+        call("get_weather", {"city": "Rome"}),
+        call("apply_patch", {"input": "*** Begin Patch\n*** End Patch"}),
+        call("local_shell", {"command": ["ls", "-la"], "workdir": "/tmp"}),
+        call("crm__find", {"q": "x"})]),
+    "plain text": "Hello there, friend.",
+    "only a call": call("get_weather", {"city": "Oslo"}),
+}
+
+
+def build(text: str, chunks: list[str], finish: str = "stop",
+          layout: Any = HERMES) -> list[dict[str, Any]]:
+    req = parse_request(Body({"input": "hi", "tools": TOOLS}))
+    tools = req.chat_body["tools"]
+    builder = ResponseBuilder("resp_1", "m", req.echo, req.offered)
+    parser = MessageStream(layout, tools=tools)
+    events = builder.start()
+    for c in chunks:
+        events += builder.add(parser.feed(c))
+    events += builder.add(parser.finish())
+    events += builder.finish(finish, {"input_tokens": 1})
+    assert "".join(c for c in chunks) == text
+    return events
+
+
+def chunkings(text: str, seed: str) -> list[list[str]]:
+    rng = random.Random(seed)
+    out = [[text], list(text)]
+    for _ in range(10):
+        cuts = sorted(rng.sample(range(1, len(text)), min(len(text) - 1, rng.randint(1, 20))))
+        out.append([text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)], strict=True)])
+    return out
+
+
+@pytest.mark.parametrize("name", list(TEXTS))
+def test_any_chunking_gives_a_valid_stream_with_the_same_output(name: str) -> None:
+    outputs = []
+    for chunks in chunkings(TEXTS[name], name):
+        response = check_events(build(TEXTS[name], chunks))
+        outputs.append([{k: v for k, v in item.items() if k not in ("id", "call_id")}
+                        for item in response["output"]])
+    assert all(o == outputs[0] for o in outputs)
+
+
+def test_every_call_kind_becomes_its_own_item_type() -> None:
+    response = check_events(build(TEXTS["text then every call kind"],
+                                  [TEXTS["text then every call kind"]]))
+    out = response["output"]
+    assert [i["type"] for i in out] == ["message", "function_call", "custom_tool_call",
+                                        "local_shell_call", "function_call"]
+    assert out[0]["content"][0]["text"] == "Let me look."
+    assert json.loads(out[1]["arguments"]) == {"city": "Rome"} and out[1]["name"] == "get_weather"
+    assert out[2]["name"] == "apply_patch" and out[2]["input"] == "*** Begin Patch\n*** End Patch"
+    assert out[3]["action"] == {"type": "exec", "command": ["ls", "-la"], "env": {},
+                                "working_directory": "/tmp"}
+    assert (out[4]["name"], out[4]["namespace"]) == ("find", "crm")
+    assert all(i["status"] == "completed" for i in out)
+
+
+def test_an_added_item_is_never_changed_after_it_was_sent() -> None:
+    """The OpenAI SDK appends argument deltas onto the added item: it must be empty."""
+    events = build(TEXTS["only a call"], list(TEXTS["only a call"]))
+    added = next(e for e in events if e["type"] == "response.output_item.added")
+    assert added["item"]["arguments"] == "" and added["item"]["status"] == "in_progress"
+    snapshot = {"arguments": ""}
+    for e in events:
+        if e["type"] == "response.function_call_arguments.delta":
+            snapshot["arguments"] += e["delta"]
+    assert json.loads(snapshot["arguments"]) == {"city": "Oslo"}
+
+
+def test_a_call_is_announced_before_its_arguments_end() -> None:
+    text = TEXTS["only a call"]
+    req = parse_request(Body({"input": "hi", "tools": TOOLS}))
+    builder = ResponseBuilder("resp_1", "m", req.echo, req.offered)
+    parser = MessageStream(HERMES, tools=req.chat_body["tools"])
+    builder.start()
+    events = builder.add(parser.feed(text[: text.index("Oslo")]))
+    assert [e["type"] for e in events][:1] == ["response.output_item.added"]
+    assert events[-1]["type"] == "response.function_call_arguments.delta"
+
+
+def test_cut_by_max_output_tokens_marks_the_message_incomplete() -> None:
+    events = build("Once upon a time", ["Once upon", " a time"], finish="length")
+    response = check_events(events)
+    assert events[-1]["type"] == "response.incomplete"
+    assert response["incomplete_details"] == {"reason": "max_output_tokens"}
+    assert response["output"][0]["status"] == "incomplete"
+
+
+def test_a_call_cut_off_is_an_incomplete_item() -> None:
+    text = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Ro'
+    response = check_events(build(text, [text], finish="length"))
+    assert response["output"][0]["status"] == "incomplete"
+    assert response["output"][0]["arguments"] == '{"city": "Ro'
+
+
+def test_xml_calls_are_announced_early_and_typed_at_the_end() -> None:
+    text = ("<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
+            "</function>\n</tool_call>")
+    for chunks in chunkings(text, "xml"):
+        response = check_events(build(text, chunks, layout=QWEN35))
+        assert json.loads(response["output"][0]["arguments"]) == {"city": "Paris"}
+
+
+def test_failed_response_closes_open_items() -> None:
+    b = ResponseBuilder("resp_3", "m", {})
     events = b.start()
-    events += b.add(MessageDelta(reasoning="Think"))
-    events += b.add(MessageDelta(reasoning="ing."))
-    events += b.add(MessageDelta(content="Hi"))
-    events += b.add(MessageDelta(content="!", tool_calls=[ToolCall("call_1", "f", "{}")]))
-    events += b.finish("stop", {"input_tokens": 3})
-    kinds = [e["type"] for e in events]
-    assert kinds == [
-        "response.created", "response.in_progress",
-        "response.output_item.added", "response.reasoning_text.delta",
-        "response.reasoning_text.delta", "response.reasoning_text.done",
-        "response.output_item.done",
-        "response.output_item.added", "response.content_part.added",
-        "response.output_text.delta", "response.output_text.delta",
-        "response.output_text.done", "response.content_part.done", "response.output_item.done",
-        "response.output_item.added", "response.function_call_arguments.delta",
-        "response.function_call_arguments.done", "response.output_item.done",
-        "response.completed"]
-    assert [e["sequence_number"] for e in events] == list(range(len(events)))
-    final = events[-1]["response"]
-    assert [i["type"] for i in final["output"]] == ["reasoning", "message", "function_call"]
-    assert final["output"][0]["content"] == [{"type": "reasoning_text", "text": "Thinking."}]
-    assert final["output"][1]["content"][0]["text"] == "Hi!"
-    assert [e["output_index"] for e in events if e["type"].endswith("item.done")] == [0, 1, 2]
-    assert final["status"] == "completed" and final["store"] is True
-
-
-def test_incomplete_and_failed_terminals() -> None:
-    b = ResponseBuilder("resp_2", "m", {})
-    b.start()
-    b.add(MessageDelta(content="Once upon"))
-    (*_, last) = b.finish("length", {})
-    assert last["type"] == "response.incomplete"
-    assert last["response"]["incomplete_details"] == {"reason": "max_output_tokens"}
-    assert last["response"]["output"][0]["status"] == "completed"
-    f = ResponseBuilder("resp_3", "m", {})
-    f.start()
-    (last,) = f.fail("boom")
-    assert last["type"] == "response.failed" and last["response"]["error"]["message"] == "boom"
+    parser = MessageStream(HERMES)
+    events += b.add(parser.feed("partial"))
+    events += b.fail("boom")
+    response = check_events(events)
+    assert events[-1]["type"] == "response.failed" and response["error"]["message"] == "boom"
+    assert response["output"][0]["status"] == "incomplete"

@@ -1,0 +1,238 @@
+"""JSON Schemas as tools, response formats and text formats: one builder, every shape
+Pydantic and OpenAI produce. Grammars are parsed by llama.cpp itself, and valid (and
+invalid) instances are run through the grammar sampler token by token."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+from collections.abc import Iterator
+from enum import Enum
+from typing import Any, Literal, Optional
+
+import pytest
+from pydantic import BaseModel
+
+from conftest import require_model
+from engine.grammar import (
+    Grammar,
+    GrammarError,
+    bare_call_grammar,
+    json_grammar,
+    tool_call_grammar,
+    xml_tool_call_grammar,
+)
+from engine.json_schema import SchemaError, SchemaSet
+
+
+class Color(str, Enum):
+    RED = "red"
+    GREEN = "green"
+
+
+class Address(BaseModel):
+    street: str
+    city: str
+
+
+class Person(BaseModel):
+    name: str
+    age: int
+    addresses: list[Address]
+    favorite: Color
+    nickname: Optional[str] = None  # noqa: UP045 (Pydantic's anyOf + null)
+
+
+class Node(BaseModel):
+    value: int
+    children: list[Node] = []
+
+
+class Shape(BaseModel):
+    kind: Literal["circle", "square"]
+    size: float
+    tags: dict[str, int] = {}
+
+
+SCHEMAS: dict[str, tuple[dict[str, Any], list[Any], list[Any]]] = {
+    # name: (schema, valid instances, invalid instances)
+    "nested model with $defs, list and enum": (
+        Person.model_json_schema(),
+        [Person(name="Ann", age=3, addresses=[Address(street="Main", city="Rome")],
+                favorite=Color.RED).model_dump(mode="json")],
+        [{"name": "Ann", "age": 3, "addresses": [], "favorite": "blue", "nickname": None}]),
+    "recursive model": (
+        Node.model_json_schema(),
+        [Node(value=1, children=[Node(value=2, children=[Node(value=3)])]).model_dump()],
+        [{"value": "x", "children": []}]),
+    "literal, float and dict": (
+        Shape.model_json_schema(),
+        [Shape(kind="circle", size=1.5, tags={"a": 1}).model_dump()],
+        [{"kind": "triangle", "size": 1, "tags": {}}]),
+    "root recursion through #": (
+        {"type": "object", "properties": {"name": {"type": "string"},
+                                          "next": {"anyOf": [{"$ref": "#"}, {"type": "null"}]}},
+         "required": ["name", "next"], "additionalProperties": False},
+        [{"name": "a", "next": {"name": "b", "next": None}}],
+        [{"name": "a", "next": 3}]),
+    "draft-4 definitions and nullable type list": (
+        {"type": "object", "definitions": {"Unit": {"type": "string", "enum": ["c", "f"]}},
+         "properties": {"unit": {"$ref": "#/definitions/Unit"},
+                        "temp": {"type": ["number", "null"]}},
+         "required": ["unit", "temp"], "strict": True},
+        [{"unit": "c", "temp": None}, {"unit": "f", "temp": 21.5}],
+        [{"unit": "k", "temp": 1}]),
+    "oneOf, const and annotations": (
+        {"title": "Event", "oneOf": [
+            {"type": "object", "properties": {"t": {"const": "a"}, "n": {"type": "integer"}},
+             "required": ["t", "n"], "description": "an a"},
+            {"type": "object", "properties": {"t": {"const": "b"}}, "required": ["t"]}]},
+        [{"t": "a", "n": 1}, {"t": "b"}],
+        [{"t": "c"}]),
+    "any-value fields": (
+        {"type": "object", "properties": {"x": {}, "y": {"title": "Y"}, "z": True},
+         "required": ["x", "y", "z"]},
+        [{"x": 1, "y": "s", "z": [1, {"a": None}]}],
+        [{"x": 1}]),
+}
+
+
+# -- schema rewriting, no model -------------------------------------------------------
+def test_refs_point_into_one_shared_defs_with_names_unique_per_schema() -> None:
+    schemas = SchemaSet()
+    a = schemas.add({"$defs": {"Address": {"type": "string"}},
+                     "properties": {"a": {"$ref": "#/$defs/Address"}}})
+    b = schemas.add({"$defs": {"Address": {"type": "integer"}},
+                     "properties": {"a": {"$ref": "#/$defs/Address"}}})
+    ka, kb = a["properties"]["a"]["$ref"], b["properties"]["a"]["$ref"]
+    assert ka != kb
+    assert schemas.defs[ka.rsplit("/", 1)[1]] == {"type": "string"}
+    assert schemas.defs[kb.rsplit("/", 1)[1]] == {"type": "integer"}
+
+
+@pytest.mark.parametrize(("schema", "words"), [
+    ({"$ref": "https://example.com/s.json"}, ["$ref", "local"]),
+    ({"properties": {"a": {"$ref": "#/$defs/Missing"}}}, ["properties.a.$ref", "nothing"]),
+    ({"type": "strin"}, ["type", "strin"]),
+    ({"properties": []}, ["properties"]),
+    ({"enum": []}, ["enum"]),
+    ({"anyOf": {}}, ["anyOf"]),
+])
+def test_schemas_that_cannot_compile_name_the_keyword(schema: dict[str, Any],
+                                                      words: list[str]) -> None:
+    with pytest.raises(SchemaError) as err:
+        SchemaSet().add(schema)
+    assert all(w in str(err.value) for w in words), str(err.value)
+    with pytest.raises(GrammarError):
+        json_grammar(schema)
+
+
+def test_a_non_strict_tool_that_cannot_compile_gets_any_object_and_a_strict_one_a_400(
+        ) -> None:
+    bad = {"type": "object", "properties": {"a": {"$ref": "http://x/y"}}}
+    tool = {"type": "function", "function": {"name": "f", "parameters": bad}}
+    grammar = tool_call_grammar([tool], "<tool_call>", "</tool_call>", parallel=False,
+                                lazy=False)
+    assert '"\\"f\\""' in grammar.text or '\\"f\\"' in grammar.text
+    strict = {"type": "function", "function": {"name": "f", "parameters": bad, "strict": True}}
+    with pytest.raises(GrammarError, match=r"'f'.*\$ref"):
+        tool_call_grammar([strict], "<tool_call>", "</tool_call>", parallel=False, lazy=False)
+
+
+# -- llama.cpp parses the grammar and runs instances through it -----------------------
+class GrammarChecker:
+    def __init__(self, path: str) -> None:
+        import llama_cpp as L
+
+        self.L = L
+        params = L.llama_model_default_params()
+        params.vocab_only = True
+        self.model = L.llama_model_load_from_file(path.encode(), params)
+        assert self.model
+        self.vocab = L.llama_model_get_vocab(self.model)
+
+    def sampler(self, grammar: Grammar) -> Any:
+        s = self.L.llama_sampler_init_grammar(self.vocab, grammar.text.encode(), b"root")
+        assert s, "llama.cpp could not parse the grammar:\n" + grammar.text
+        return s
+
+    def accepts(self, grammar: Grammar, text: str) -> bool:
+        """Whether the grammar allows ``text``, token by token (a token the grammar
+        forbids gets logit -inf before it would be accepted)."""
+        L = self.L
+        sampler = self.sampler(grammar)
+        buf = (L.llama_token * (len(text) * 4 + 8))()
+        n = L.llama_tokenize(self.vocab, text.encode(), len(text.encode()), buf, len(buf),
+                             False, False)
+        assert n >= 0
+        try:
+            for tok in buf[:n]:
+                data = (L.llama_token_data * 1)(L.llama_token_data(tok, 0.0, 0.0))
+                arr = L.llama_token_data_array(data, 1, -1, False)
+                L.llama_sampler_apply(sampler, ctypes.byref(arr))
+                if data[0].logit == float("-inf"):
+                    return False
+                L.llama_sampler_accept(sampler, tok)
+            eog = L.llama_vocab_eos(self.vocab)  # the grammar must be able to end here
+            data = (L.llama_token_data * 1)(L.llama_token_data(eog, 0.0, 0.0))
+            arr = L.llama_token_data_array(data, 1, -1, False)
+            L.llama_sampler_apply(sampler, ctypes.byref(arr))
+            return bool(data[0].logit != float("-inf"))
+        finally:
+            L.llama_sampler_free(sampler)
+
+    def close(self) -> None:
+        self.L.llama_model_free(self.model)
+
+
+@pytest.fixture(scope="module")
+def checker() -> Iterator[GrammarChecker]:
+    c = GrammarChecker(require_model("qwen-0.5b"))
+    yield c
+    c.close()
+
+
+def _tool(schema: dict[str, Any], name: str = "record") -> dict[str, Any]:
+    return {"type": "function", "function": {"name": name, "parameters": schema}}
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("name", list(SCHEMAS))
+def test_every_path_compiles_and_accepts_valid_instances_only(
+        checker: GrammarChecker, name: str) -> None:
+    schema, valid, invalid = SCHEMAS[name]
+    weather = _tool({"type": "object", "properties": {"city": {"type": "string"}}}, "weather")
+    fmt = json_grammar(schema)  # response_format / text.format
+    hermes = tool_call_grammar([_tool(schema), weather], "<tool_call>", "</tool_call>",
+                               parallel=True, lazy=False)
+    bare = bare_call_grammar([weather, _tool(schema)])
+    xml = xml_tool_call_grammar([_tool(schema)], "<tool_call>", "</tool_call>",
+                                parallel=False, lazy=True)
+    checker.sampler(xml)  # parses (XML values are checked by the real-model tests)
+    for value in valid:
+        args = json.dumps(value)
+        assert checker.accepts(fmt, args), (name, args)
+        block = f'<tool_call>\n{{"name": "record", "arguments": {args}}}\n</tool_call>'
+        assert checker.accepts(hermes, block), (name, block)
+        assert checker.accepts(bare, f'{{"name": "record", "arguments": {args}}}')
+    for value in invalid:
+        args = json.dumps(value)
+        assert not checker.accepts(fmt, args), (name, args)
+        block = f'<tool_call>\n{{"name": "record", "arguments": {args}}}\n</tool_call>'
+        assert not checker.accepts(hermes, block), (name, block)
+
+
+@pytest.mark.model
+def test_two_tools_defining_the_same_name_keep_their_own_definitions(
+        checker: GrammarChecker) -> None:
+    a = _tool({"$defs": {"Unit": {"enum": ["c", "f"]}},
+               "properties": {"u": {"$ref": "#/$defs/Unit"}}, "required": ["u"]}, "a")
+    b = _tool({"$defs": {"Unit": {"enum": ["km", "mi"]}},
+               "properties": {"u": {"$ref": "#/$defs/Unit"}}, "required": ["u"]}, "b")
+    g = tool_call_grammar([a, b], "<tool_call>", "</tool_call>", parallel=False, lazy=False)
+
+    def call(fn: str, unit: str) -> str:
+        return f'<tool_call>\n{{"name": "{fn}", "arguments": {{"u": "{unit}"}}}}\n</tool_call>'
+
+    assert checker.accepts(g, call("a", "c")) and checker.accepts(g, call("b", "mi"))
+    assert not checker.accepts(g, call("a", "km")) and not checker.accepts(g, call("b", "f"))
