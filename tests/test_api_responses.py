@@ -504,14 +504,17 @@ def test_reasoning_encrypted_content_round_trips_without_a_store(tmp_path: Any) 
 
 def test_silent_streams_carry_keepalives(tmp_path: Any) -> None:
     """A long prefill sends SSE comments before the first token, on chat and Responses."""
-    cfg = qwen_config(n_batch=64, n_ubatch=64)  # small steps: the prefill takes a while
-    cfg["server"] = {**cfg.get("server", {}), "keepalive_seconds": 0.2}
+    cfg = qwen_config(n_batch=32, n_ubatch=32)  # small steps: the prefill takes a while
+    cfg["server"] = {**cfg.get("server", {}), "keepalive_seconds": 0.1}
     s = start_server(cfg, tmp_path)
     try:
-        long = "Here is a list. " + " ".join(f"Item {i} is number {i}." for i in range(250))
+        def long(word: str) -> str:  # a new prompt each time: no prefix-cache hit
+            return f"Here is a {word} list. " + " ".join(f"Item {i} is {word} {i}."
+                                                          for i in range(40))
+
         for path, body in (("/chat/completions", {"messages": [
-                                {"role": "user", "content": long}], "max_tokens": 2}),
-                           ("/responses", {"input": long, "max_output_tokens": 2})):
+                                {"role": "user", "content": long("red")}], "max_tokens": 2}),
+                           ("/responses", {"input": long("blue"), "max_output_tokens": 2})):
             lines = []
             with httpx.stream("POST", f"{s.base_url}{path}", timeout=120,
                               json={"model": "x", "stream": True, **body}) as r:
