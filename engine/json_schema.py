@@ -30,10 +30,10 @@ TYPES = {*ANY_TYPES}
 ANNOTATIONS = {"title", "description", "default", "examples", "$comment", "deprecated",
                "readOnly", "writeOnly", "$schema", "$id", "$anchor", "discriminator",
                "strict", "$defs", "definitions", "nullable"}
-SCHEMA_MAPS = ("properties", "dependentSchemas")  # name -> schema
+SCHEMA_MAPS = ("properties",)  # name -> schema
+COUNTS = ("minItems", "maxItems", "minLength", "maxLength")
 SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
-SCHEMA_VALUES = ("items", "additionalProperties", "contains", "propertyNames", "not",
-                 "if", "then", "else", "unevaluatedProperties")
+SCHEMA_VALUES = ("items", "additionalProperties")
 
 
 class SchemaError(ValueError):
@@ -127,9 +127,8 @@ class _Localizer:
                 elif key == "items" and isinstance(value, list):  # draft 4 tuples
                     out["prefixItems"] = [self.walk(v, f"{where}.items[{i}]")
                                           for i, v in enumerate(value)]
-                elif key in ("items", "additionalProperties"):
+                else:
                     out[key] = self.walk(value, f"{where}.{key}")
-                # the others only narrow: left out, the grammar allows a superset
             elif key == "pattern":
                 if not isinstance(value, str):
                     raise SchemaError(f"{where}.pattern must be a string")
@@ -145,12 +144,20 @@ class _Localizer:
                 out[key] = value
             elif key == "type":
                 types = value if isinstance(value, list) else [value]
-                bad = [t for t in types if t not in TYPES]
+                bad = [t for t in types if not isinstance(t, str) or t not in TYPES]
                 if bad or not types:
                     raise SchemaError(f"{where}.type: unknown type {bad[0] if bad else value!r}")
                 out[key] = value
-            else:
+            elif key == "format":
+                if isinstance(value, str):
+                    out[key] = value
+            elif key in COUNTS:
+                if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                    raise SchemaError(f"{where}.{key} must be a whole number >= 0")
                 out[key] = value
+            elif key == "const":
+                out[key] = value
+            # anything else only narrows the schema or is not a keyword: left out
         return self._types(node, out)
 
     @staticmethod

@@ -40,7 +40,7 @@ _XML_HEAD = re.compile(r"\s*<function=([^>\n]{1,256})>")
 _BARE_OPEN = re.compile(r"\s*(?:```(?:json)?\s*)?\[?\s*")
 _FENCE_OPENING = re.compile(r"\s*```[A-Za-z]*")
 _BARE_NAME = re.compile(r'\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)("?)')
-HEAD_LIMIT = 512  # chars of a call block searched for its name
+HEAD_LIMIT = 512  # chars of a call block (or a bare JSON answer) searched for a tool name
 MAX_HELD_SPACE = 64  # trailing whitespace held back in case a call marker follows
 
 
@@ -356,12 +356,12 @@ class MessageStream:
         head = self.buf[_BARE_OPEN.match(self.buf).end():]  # type: ignore[union-attr]
         if not head or _FENCE_OPENING.fullmatch(self.buf):
             return False
-        m = _BARE_NAME.match(head)
-        if m is None:
+        m = _BARE_NAME.match(head) if len(head) <= HEAD_LIMIT else None
+        if m is None and len(head) <= HEAD_LIMIT:
             maybe = re.sub(r"\s+", "", head[:16])
             if '{"name":"'.startswith(maybe) and len(maybe) < 9:
                 return False  # the head is still arriving
-        else:
+        elif m is not None:
             name = _json_string(m.group(1)) if m.group(2) else None
             if name is not None and name in self.tools:
                 self._open(out, name)

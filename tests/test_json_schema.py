@@ -5,6 +5,7 @@ invalid) instances are run through the grammar sampler token by token."""
 from __future__ import annotations
 
 import ctypes
+import os
 import json
 from collections.abc import Iterator
 from enum import Enum
@@ -236,3 +237,48 @@ def test_two_tools_defining_the_same_name_keep_their_own_definitions(
 
     assert checker.accepts(g, call("a", "c")) and checker.accepts(g, call("b", "mi"))
     assert not checker.accepts(g, call("a", "km")) and not checker.accepts(g, call("b", "f"))
+
+
+# -- any schema a client can send: a grammar or a GrammarError, never anything else ----
+def _schemas() -> Any:
+    from hypothesis import strategies as st
+
+    names = st.sampled_from(["a", "b", "$defs", "definitions", "x-y", "title", "0"])
+    scalars = st.one_of(st.none(), st.booleans(), st.integers(-3, 3), st.text(max_size=4),
+                        st.sampled_from(["string", "object", "array", "integer", "null", "#",
+                                         "#/$defs/a", "#/definitions/b", "#/properties/a",
+                                         "#/x", "http://h/s", "^a$", "a+"]))
+    keys = st.sampled_from(["type", "properties", "items", "$ref", "$defs", "definitions",
+                            "anyOf", "oneOf", "allOf", "enum", "const", "required",
+                            "additionalProperties", "prefixItems", "pattern", "nullable",
+                            "minItems", "maxItems", "format", "not", "title", "strict"])
+    return st.recursive(
+        scalars,
+        lambda inner: st.one_of(st.lists(inner, max_size=3),
+                                st.dictionaries(st.one_of(keys, names), inner, max_size=4)),
+        max_leaves=25)
+
+
+def test_any_schema_compiles_or_is_a_grammar_error() -> None:
+    from hypothesis import HealthCheck, given, settings
+
+    @settings(max_examples=int(os.environ.get("SCHEMA_FUZZ", "400")), deadline=None,
+              derandomize="SCHEMA_FUZZ" not in os.environ,
+              suppress_health_check=list(HealthCheck))
+    @given(_schemas())
+    def check(schema: Any) -> None:
+        for build in (lambda: json_grammar(schema),
+                      lambda: tool_call_grammar([_tool(schema), _tool(schema, "b")],
+                                                "<tool_call>", "</tool_call>", parallel=True,
+                                                lazy=True),
+                      lambda: xml_tool_call_grammar([_tool(schema)], "<tool_call>",
+                                                    "</tool_call>", parallel=False,
+                                                    lazy=False),
+                      lambda: bare_call_grammar([_tool(schema)])):
+            try:
+                grammar = build()
+            except GrammarError:
+                continue
+            assert "root ::=" in grammar.text
+
+    check()

@@ -231,3 +231,9 @@ def test_bare_json_is_announced_or_released_early() -> None:
     s = MessageStream(stream_layout(SCHEMAS["qwen2.5-coder-0.5b"]), tools=WEATHER)
     assert not s.feed('```json\n{"na')  # may still be a call
     assert s.feed('me": "x", "arguments": {}}').content.startswith("```json")
+
+
+def test_an_undecided_bare_json_head_is_released_after_a_bound() -> None:
+    s = MessageStream(stream_layout(SCHEMAS["qwen2.5-coder-0.5b"]), tools=WEATHER)
+    assert not s.feed("{" + " " * 100)  # still maybe a call
+    assert s.feed(" " * 600 + "x").content.startswith("{")  # released: too long to decide
