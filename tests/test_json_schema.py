@@ -5,8 +5,8 @@ invalid) instances are run through the grammar sampler token by token."""
 from __future__ import annotations
 
 import ctypes
-import os
 import json
+import os
 from collections.abc import Iterator
 from enum import Enum
 from typing import Any, Literal, Optional
