@@ -21,6 +21,7 @@ from api.embeddings import create_embedding
 from api.engine_client import EngineClient
 from api.errors import APIError, api_error_handler, http_error_handler, unhandled_error_handler
 from api.gate import Gate, HttpMetrics
+from api.infill import infill
 from api.reasoning_seal import ReasoningSeal
 from api.response_store import ResponseStore
 from api.responses import create_response, delete_response, get_response
@@ -122,6 +123,7 @@ def build_app(config: Config, engine: Engine, manage_engine: bool = True) -> Sta
 
     routes = [
         Route("/v1/completions", create_completion, methods=["POST"]),
+        Route("/infill", infill, methods=["POST"]),
         Route("/v1/embeddings", create_embedding, methods=["POST"]),
         Route("/v1/responses", create_response, methods=["POST"]),
         WebSocketRoute("/v1/responses", responses_websocket),

@@ -10,6 +10,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from api.errors import APIError, invalid
+from api.infill import InfillInput, fim_prompt, fim_tokens_or_400
 from api.params import Body, read_json, sampling
 from api.state import ServerState, new_id
 from api.streaming import (
@@ -92,8 +93,7 @@ async def create_completion(request: Request) -> Response:
     state: ServerState = request.app.state.llama
     body = Body(await read_json(request, state.max_body_bytes))
     state.require_generative()
-    if body.has("suffix"):
-        raise invalid("suffix", "'suffix' (insertion) is not supported by this server")
+    suffix = body.string("suffix") if body.data.get("suffix") is not None else None
     n = body.integer("n", 1, 1, state.max_n) or 1
     best_of = body.integer("best_of", None, 1, state.max_n)
     if best_of is not None and best_of != n:
@@ -105,7 +105,16 @@ async def create_completion(request: Request) -> Response:
     params = sampling(body, n_vocab=state.runner.n_vocab, logprobs=logprobs,
                       prompt_logprobs=echo and logprobs is not None)
     prompts = _prompts(body, state.runner.n_vocab)
-    tokenized = await state.client.run(_tokenize_all, state.runner, prompts)
+    if suffix is not None:  # insertion: the prompt is the text before, suffix after
+        if echo or any(not isinstance(p, str) for p in prompts):
+            raise invalid("suffix", "'suffix' needs text prompts and no 'echo'")
+        fim = fim_tokens_or_400(state.runner, "suffix")
+        room = state.runner.n_ctx_seq - (params.max_tokens or 16)
+        tokenized = [(await state.client.run(fim_prompt, state.runner, fim,
+                                             InfillInput(str(p), suffix), room), str(p))
+                     for p in prompts]
+    else:
+        tokenized = await state.client.run(_tokenize_all, state.runner, prompts)
     gen = state.client.generate([t for t, _ in tokenized], params, n, param="prompt")
     echoes = [text if echo else "" for _, text in tokenized]
     cid, created = new_id("cmpl"), int(time.time())

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import llama_cpp
@@ -54,6 +55,18 @@ def _init_backend() -> None:
 
 def library_version() -> str:
     return str(getattr(L, "__version__", "unknown"))
+
+
+@dataclass(frozen=True)
+class FimTokens:
+    """Fill-in-the-middle markers: prefix, suffix, middle; repository and file separators
+    where the model was trained on repository-level FIM."""
+
+    pre: int
+    suf: int
+    mid: int
+    rep: int | None = None
+    sep: int | None = None
 
 
 class ModelLoadError(RuntimeError):
@@ -215,6 +228,16 @@ class Runner:
     @property
     def adds_bos(self) -> bool:
         return bool(L.llama_vocab_get_add_bos(self.vocab))
+
+    def fim_tokens(self) -> FimTokens | None:
+        """The vocabulary's fill-in-the-middle tokens (None: the model has none)."""
+        ids = [int(f(self.vocab)) for f in (L.llama_vocab_fim_pre, L.llama_vocab_fim_suf,
+                                            L.llama_vocab_fim_mid, L.llama_vocab_fim_rep,
+                                            L.llama_vocab_fim_sep)]
+        if min(ids[:3]) < 0:
+            return None
+        return FimTokens(ids[0], ids[1], ids[2], ids[3] if ids[3] >= 0 else None,
+                         ids[4] if ids[4] >= 0 else None)
 
     # -- tokenizer (thread-safe: reads the vocabulary only) -----------------------
     def tokenize(self, text: str, add_special: bool = True,
