@@ -15,6 +15,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route, WebSocketRoute
 
+from api.anthropic import count_tokens, create_message
 from api.chat import create_chat_completion
 from api.completions import create_completion
 from api.embeddings import create_embedding
@@ -124,6 +125,8 @@ def build_app(config: Config, engine: Engine, manage_engine: bool = True) -> Sta
     routes = [
         Route("/v1/completions", create_completion, methods=["POST"]),
         Route("/infill", infill, methods=["POST"]),
+        Route("/v1/messages", create_message, methods=["POST"]),
+        Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]),
         Route("/v1/embeddings", create_embedding, methods=["POST"]),
         Route("/v1/responses", create_response, methods=["POST"]),
         WebSocketRoute("/v1/responses", responses_websocket),

@@ -1,4 +1,6 @@
-"""OpenAI-style errors: one exception type, one JSON shape, the right status."""
+"""Errors: one exception type, the right status, and the API's own JSON shape — OpenAI's
+``{"error": {message, type, param, code}}``, or Anthropic's ``{"type": "error", "error":
+{type, message}}`` on the Anthropic routes (``/v1/messages…``)."""
 
 from __future__ import annotations
 
@@ -28,21 +30,38 @@ class APIError(Exception):
         self.code = code
         self.type = type or _TYPES.get(status, "invalid_request_error")
 
-    def body(self) -> dict[str, object]:
+    def body(self, path: str = "") -> dict[str, object]:
+        if anthropic_route(path):
+            return anthropic_error(self.status, self.message)
         return {"error": {"message": self.message, "type": self.type,
                           "param": self.param, "code": self.code}}
 
-    def response(self) -> JSONResponse:
-        return JSONResponse(self.body(), status_code=self.status, headers=self.headers)
+    def response(self, path: str = "") -> JSONResponse:
+        return JSONResponse(self.body(path), status_code=self.status, headers=self.headers)
+
+
+_ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error",
+                    403: "permission_error", 404: "not_found_error", 413: "request_too_large",
+                    429: "rate_limit_error", 503: "overloaded_error", 529: "overloaded_error"}
+
+
+def anthropic_route(path: str) -> bool:
+    return path == "/v1/messages" or path.startswith("/v1/messages/")
+
+
+def anthropic_error(status: int, message: str) -> dict[str, object]:
+    kind = _ANTHROPIC_TYPES.get(status, "api_error" if status >= 500 else
+                                "invalid_request_error")
+    return {"type": "error", "error": {"type": kind, "message": message}}
 
 
 def invalid(param: str, message: str) -> APIError:
     return APIError(message, param=param, code="invalid_value")
 
 
-async def api_error_handler(_request: Request, exc: Exception) -> Response:
+async def api_error_handler(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, APIError)
-    return exc.response()
+    return exc.response(request.url.path)
 
 
 async def http_error_handler(request: Request, exc: Exception) -> Response:
@@ -53,10 +72,10 @@ async def http_error_handler(request: Request, exc: Exception) -> Response:
         message = f"Method {request.method} not allowed on {request.url.path}"
     else:
         message = str(exc.detail)
-    return APIError(message, status=exc.status_code).response()
+    return APIError(message, status=exc.status_code).response(request.url.path)
 
 
 async def unhandled_error_handler(request: Request, exc: Exception) -> Response:
     log.exception("unhandled error on %s %s", request.method, request.url.path)
     return APIError(f"Internal server error: {type(exc).__name__}", status=500,
-                    code="internal_error").response()
+                    code="internal_error").response(request.url.path)

@@ -19,6 +19,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from api.errors import anthropic_error, anthropic_route
 from engine.config import ServerConfig
 
 Scope = MutableMapping[str, Any]
@@ -64,9 +65,10 @@ class GateState:
     windows: dict[str, deque[float]] = field(default_factory=dict)
 
 
-def _error(status: int, type_: str, code: str, message: str) -> bytes:
-    return json.dumps({"error": {"message": message, "type": type_, "param": None,
-                                 "code": code}}).encode()
+def _error(path: str, status: int, type_: str, code: str, message: str) -> bytes:
+    body = anthropic_error(status, message) if anthropic_route(path) else \
+        {"error": {"message": message, "type": type_, "param": None, "code": code}}
+    return json.dumps(body).encode()
 
 
 class Gate:
@@ -81,6 +83,8 @@ class Gate:
             if name == b"authorization":
                 text = value.decode("latin-1")
                 return text[7:].strip() if text.lower().startswith("bearer ") else ""
+            if name == b"x-api-key":  # Anthropic's clients
+                return str(value.decode("latin-1")).strip()
         return None
 
     def _authorized(self, key: str | None) -> bool:
@@ -111,13 +115,14 @@ class Gate:
 
     def refusal(self, scope: Scope) -> tuple[int, str, str, str, dict[str, str]] | None:
         path: str = scope["path"]
-        api = path.startswith("/v1/") or path == "/v1"
+        api = path.startswith("/v1/") or path in ("/v1", "/infill")
         if not api and not (path == "/metrics" and self.cfg.metrics_auth):
             return None
         key = self._key(scope)
         if not self._authorized(key):
             return (401, "authentication_error", "invalid_api_key",
-                    "Missing or invalid API key: send 'Authorization: Bearer <key>'.", {})
+                    "Missing or invalid API key: send 'Authorization: Bearer <key>' (or "
+                    "'x-api-key: <key>').", {})
         if not api:
             return None
         if self.state.draining:
@@ -141,7 +146,7 @@ class Gate:
             status, type_, code, message, headers = refusal
             self.metrics.rejected.labels(code).inc()
             self.metrics.errors.labels(type_).inc()
-            body = _error(status, type_, code, message)
+            body = _error(scope["path"], status, type_, code, message)
             if scope["type"] == "websocket":
                 if "websocket.http.response" in scope.get("extensions", {}):
                     await send({"type": "websocket.http.response.start", "status": status,

@@ -28,8 +28,8 @@ def sse(payload: dict[str, Any]) -> bytes:
 KEEPALIVE = b": keep-alive\n\n"  # an SSE comment: clients skip it, proxies see traffic
 
 
-async def with_keepalive(chunks: AsyncIterator[bytes], seconds: float
-                         ) -> AsyncIterator[bytes]:
+async def with_keepalive(chunks: AsyncIterator[bytes], seconds: float,
+                         beat: bytes = KEEPALIVE) -> AsyncIterator[bytes]:
     """``chunks``, with a keep-alive comment whenever none came for ``seconds`` (a long
     prefill, or text held back): idle timeouts of clients and proxies never fire on a
     stream that is alive. 0 turns it off."""
@@ -42,7 +42,7 @@ async def with_keepalive(chunks: AsyncIterator[bytes], seconds: float
         step = asyncio.ensure_future(anext(it))
         try:
             while not (await asyncio.wait({step}, timeout=seconds))[0]:
-                yield KEEPALIVE
+                yield beat
         finally:
             step.cancel()  # the client left while we waited: stop the source too
         try:
@@ -106,6 +106,7 @@ class ChoiceResult:
     completion_tokens: int = 0
     cached_tokens: int = 0
     timed_out: bool = False
+    stop_sequence: str | None = None
 
     @property
     def text(self) -> str:
@@ -117,6 +118,7 @@ class ChoiceResult:
         if d.error is not None:
             raise APIError(f"Generation failed: {d.error}", status=500, code="engine_error")
         self.timed_out = self.timed_out or d.timed_out
+        self.stop_sequence = d.stop_sequence or self.stop_sequence
         self.parts.append(d.text)
         self.tokens.extend(d.token_ids)
         if d.logprobs:

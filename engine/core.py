@@ -375,6 +375,7 @@ class Engine:
             return False
         delta.text = r.detok.feed(self.runner.piece(token, token in self.render_special))
         if r.detok.stopped:
+            delta.stop_sequence = r.detok.matched
             self._finish(r, "stop", out, delta)
             return False
         if len(r.output) >= r.max_new_tokens:

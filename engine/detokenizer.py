@@ -20,6 +20,7 @@ class IncrementalDetokenizer:
     )
     _held: str = ""
     stopped: bool = False
+    matched: str | None = None  # the stop string that ended the text
 
     def __post_init__(self) -> None:
         self._stops = tuple(s for s in self.stops if s)
@@ -43,7 +44,7 @@ class IncrementalDetokenizer:
         for stop in self._stops:
             i = buf.find(stop)
             if i != -1 and (cut == -1 or i < cut):
-                cut = i
+                cut, self.matched = i, stop
         if cut != -1:
             self.stopped = True
             self._held = ""

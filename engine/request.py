@@ -65,6 +65,7 @@ class Delta:
     completion_tokens: int = 0
     cached_tokens: int = 0
     timed_out: bool = False  # ended by server.request_timeout
+    stop_sequence: str | None = None  # the stop string that ended it (finish "stop")
     error: EngineError | None = None
 
 

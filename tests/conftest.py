@@ -120,6 +120,21 @@ def qwen_config(**model: Any) -> dict[str, Any]:
     return cfg
 
 
+THINKING_TEMPLATE = (
+    "{%- for m in messages -%}<|im_start|>{{ m.role }}\n"
+    "{%- if m.role == 'assistant' and m.reasoning_content %}<think>\n{{ m.reasoning_content }}"
+    "\n</think>\n{% endif %}{{ m.content or '' }}<|im_end|>\n{% endfor -%}"
+    "{%- if add_generation_prompt %}<|im_start|>assistant\n<think>\n{% endif %}")
+
+
+def thinking_qwen_config(**model: Any) -> dict[str, Any]:
+    """Qwen with a ChatML template that opens a <think> block in every answer and renders
+    earlier reasoning, read by the Qwen3.5 response schema: every answer starts as
+    reasoning, deterministically, on a model that does not reason by itself."""
+    return qwen_config(chat_template=THINKING_TEMPLATE, response_schema=load_config(
+        "qwen3.5-0.8b.json")["model"]["response_schema"], **model)
+
+
 @pytest.fixture(scope="session")
 def gemma_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     server = start_server(gemma_config(), tmp_path_factory.mktemp("gemma"))

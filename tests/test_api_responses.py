@@ -14,7 +14,7 @@ import pytest
 from openai import OpenAI
 from websockets.sync.client import connect
 
-from conftest import ServerProcess, load_config, qwen_config, start_server
+from conftest import ServerProcess, qwen_config, start_server, thinking_qwen_config
 from responses_protocol import check_events
 
 WEATHER: list[Any] = [{"type": "function", "name": "get_weather",
@@ -456,20 +456,12 @@ def test_codex_style_inputs_are_accepted(server: ServerProcess) -> None:
     assert r.json()["status"] in ("completed", "incomplete")
 
 
-THINKING_TEMPLATE = (
-    "{%- for m in messages -%}<|im_start|>{{ m.role }}\n"
-    "{%- if m.role == 'assistant' and m.reasoning_content %}<think>\n{{ m.reasoning_content }}"
-    "\n</think>\n{% endif %}{{ m.content or '' }}<|im_end|>\n{% endfor -%}"
-    "{%- if add_generation_prompt %}<|im_start|>assistant\n<think>\n{% endif %}")
-
-
 def test_reasoning_encrypted_content_round_trips_without_a_store(tmp_path: Any) -> None:
     """A template that opens a <think> block makes every answer start as reasoning; with
     include=reasoning.encrypted_content the reasoning item carries a sealed copy, which,
     sent back alone on a stateless turn, is opened and rendered again (a forged token is
     ignored)."""
-    cfg = qwen_config(chat_template=THINKING_TEMPLATE, response_schema=load_config(
-        "qwen3.5-0.8b.json")["model"]["response_schema"])
+    cfg = thinking_qwen_config()
     cfg["server"] = {**cfg.get("server", {}), "reasoning_key": "k" * 32}
     s = start_server(cfg, tmp_path)
     try:
