@@ -23,6 +23,7 @@ from api.engine_client import EngineClient
 from api.errors import APIError, api_error_handler, http_error_handler, unhandled_error_handler
 from api.gate import Gate, HttpMetrics
 from api.infill import infill
+from api.playground import playground
 from api.reasoning_seal import ReasoningSeal
 from api.response_store import ResponseStore
 from api.responses import create_response, delete_response, get_response
@@ -124,6 +125,7 @@ def build_app(config: Config, engine: Engine, manage_engine: bool = True) -> Sta
 
     routes = [
         Route("/v1/completions", create_completion, methods=["POST"]),
+        Route("/", playground, methods=["GET"]),
         Route("/infill", infill, methods=["POST"]),
         Route("/v1/messages", create_message, methods=["POST"]),
         Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]),

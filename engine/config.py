@@ -56,6 +56,7 @@ class ServerConfig:
     drain_timeout: float = 30.0  # seconds SIGTERM/SIGINT wait for in-flight requests
     reasoning_key: str | None = None  # seals Responses reasoning (else $LLAMASERVE_REASONING_KEY)
     keepalive_seconds: float = 10.0  # SSE comment when a stream is silent this long; 0 = off
+    playground: bool = True  # the chat page at /
 
 
 @dataclass(frozen=True)

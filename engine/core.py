@@ -76,6 +76,7 @@ class Engine:
         self.alive = False
         self.failure: str | None = None
         self.metrics.seqs_total.set(runner.n_seq_max)
+        self.metrics.kv_cells_total.set(runner.n_ctx)
         self.metrics.bind(lambda: len(self.scheduler.running),
                           lambda: len(self.scheduler.waiting))
 

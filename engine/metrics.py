@@ -34,6 +34,8 @@ class EngineMetrics:
             "llamaserve_kv_cells_used",
             "KV cells held by running and cached sequences (shared cells count once).",
             registry=r)
+        self.kv_cells_total = Gauge(
+            "llamaserve_kv_cells_total", "KV cells in the context (n_ctx).", registry=r)
         self.disk_hits = Counter(
             "llamaserve_disk_cache_hits", "Sequence states loaded from the disk cache.",
             registry=r)

@@ -1,0 +1,94 @@
+"""The playground at / in a real browser (Debian's Chromium driven by Playwright) against
+the real Qwen2.5-Coder-0.5B: type a question, watch the streamed answer and its stats."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from conftest import ROOT, ServerProcess, qwen_config, start_server
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+SCREENSHOT = os.environ.get("PLAYGROUND_SCREENSHOT")  # e.g. docs/playground.png
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    playwright = pytest.importorskip("playwright.sync_api")
+    if not Path(CHROMIUM).exists():
+        if os.environ.get("CI"):
+            pytest.fail("chromium missing: apt-get install chromium")
+        pytest.skip("chromium not installed")
+    with playwright.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+        yield b
+        b.close()
+
+
+def test_a_question_streams_an_answer_with_stats(browser: Any, qwen_server: ServerProcess,
+                                                 tmp_path: Path) -> None:
+    page = browser.new_page(viewport={"width": 1200, "height": 760})
+    page.goto(qwen_server.url + "/")
+    assert page.title() == "llamaserve playground"
+    page.fill("#temperature", "0")
+    page.dispatch_event("#temperature", "change")
+    page.fill("#input", "What is the capital of France? Answer in one sentence.")
+    page.press("#input", "Enter")
+    stats = page.wait_for_selector(".msg.assistant .stats", timeout=120_000)
+    answer = page.inner_text(".msg.assistant .content")
+    assert "Paris" in answer, answer
+    assert "TTFT" in stats.inner_text() and "tokens/s" in stats.inner_text()
+    page.wait_for_function("document.getElementById('s-hit').textContent !== '–'",
+                           timeout=10_000)
+    assert page.inner_text("#s-kv").endswith("%")
+    page.screenshot(path=str(tmp_path / "playground.png"))
+    if SCREENSHOT:
+        shutil.copy(tmp_path / "playground.png", ROOT / SCREENSHOT)
+    # the conversation is kept in the browser: a reload shows it again
+    page.reload()
+    page.wait_for_selector(".msg.assistant .stats")
+    assert page.inner_text(".msg.user") == "What is the capital of France? Answer in one sentence."
+    # a code answer is rendered as a code block; stop ends a long answer early
+    page.fill("#input", "Write a Python function that adds two numbers, in a code block.")
+    page.press("#input", "Enter")
+    page.wait_for_selector(".msg.assistant:last-child pre code", timeout=120_000)
+    page.wait_for_selector(".msg.assistant:last-child .stats", timeout=120_000)
+    page.close()
+
+
+def test_a_server_with_a_key_asks_for_it_once(browser: Any, tmp_path: Path) -> None:
+    cfg = qwen_config()
+    cfg["server"] = {**cfg.get("server", {}), "api_key": "sekret-key"}
+    server = start_server(cfg, tmp_path)
+    try:
+        page = browser.new_page()
+        page.goto(server.url + "/")
+        page.wait_for_selector("#keybox", state="visible", timeout=10_000)
+        page.fill("#key", "sekret-key")
+        page.click("#savekey")
+        page.fill("#input", "Say hi.")
+        page.press("#input", "Enter")
+        page.wait_for_selector(".msg.assistant .stats", timeout=120_000)
+        assert not page.query_selector(".msg.assistant .error")
+        page.close()
+    finally:
+        server.stop()
+
+
+def test_playground_false_turns_it_off(tmp_path: Path) -> None:
+    cfg = qwen_config()
+    cfg["server"] = {**cfg.get("server", {}), "playground": False}
+    server = start_server(cfg, tmp_path)
+    try:
+        r = httpx.get(server.url + "/", timeout=10)
+        assert r.status_code == 404 and r.json()["error"]["type"] == "not_found_error"
+    finally:
+        server.stop()
