@@ -19,27 +19,34 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import logging
 import sys
 from typing import TYPE_CHECKING
 
-from engine.config import ConfigError, load
+from engine.config import ConfigError, parse
+from engine.config_flags import add_flags, config_data
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="OpenAI-compatible server over llama.cpp")
-    parser.add_argument("-C", "--config", required=True, help="path to the JSON config")
-    parser.add_argument("--host", help="override server.host")
-    parser.add_argument("--port", type=int, help="override server.port")
+    parser = argparse.ArgumentParser(
+        prog="llamaserve", description="OpenAI-compatible server over llama.cpp. "
+        "Serve a model with 'llamaserve -m model.gguf' or a config with '-C config.json'; "
+        "a flag and -C together: the flag wins.")
+    add_flags(parser)
     args = parser.parse_args(argv)
     try:
-        config = load(args.config)
+        data = config_data(args)
+        config = parse(data)
     except ConfigError as exc:
         print(f"llamaserve: config error: {exc}", file=sys.stderr)
         return 2
+    if args.print_config:
+        print(json.dumps(data, indent=2))
+        return 0
     level = config.server.log_level.upper()
     handlers: list[logging.Handler] = [logging.StreamHandler()]
     if config.server.log_file:
@@ -48,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
                         handlers=handlers)
     if level != "DEBUG":  # llama.cpp's own info lines only with log_level debug
         logging.getLogger("llamaserve.runner").setLevel(logging.WARNING)
-    host = args.host or config.server.host
+    host = config.server.host
     if host not in ("127.0.0.1", "localhost", "::1") and not config.server.api_keys:
         logging.getLogger("llamaserve.server").warning(
             "binding to %s without an API key: anyone who can reach this port can use the "
@@ -76,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
             raise RuntimeError(str(exc)) from exc
 
     keepalive = config.server.keepalive_seconds or None  # WebSocket pings, like SSE comments
-    return run(Lifecycle(load_app), host, args.port or config.server.port,
+    return run(Lifecycle(load_app), host, config.server.port,
                config.server.log_level, config.server.drain_timeout,
                ws_ping_interval=keepalive, ws_ping_timeout=max(20.0, keepalive or 0))
 

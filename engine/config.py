@@ -271,15 +271,19 @@ def parse(data: Any) -> Config:
     return Config(model=model, server=server, disk_cache=disk_cache)
 
 
-def load(path: str | os.PathLike[str]) -> Config:
-    """Read and validate a config file; every failure is a one-line ConfigError."""
+def read(path: str | os.PathLike[str]) -> Any:
+    """The decoded JSON document of a config file, not yet validated."""
     try:
         text = Path(path).read_text("utf-8")
     except OSError as exc:
         raise ConfigError(f"cannot read config {path}: {exc.strerror or exc}") from None
     try:
-        data = json.loads(text)
+        return json.loads(text)
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{path}: invalid JSON at line {exc.lineno} column {exc.colno}: "
                           f"{exc.msg}") from None
-    return parse(data)
+
+
+def load(path: str | os.PathLike[str]) -> Config:
+    """Read and validate a config file; every failure is a one-line ConfigError."""
+    return parse(read(path))
