@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from conftest import ROOT, free_port, load_config, require_model
-from engine.config import ConfigError, parse
+from engine.config import ConfigError, parse, validate
 from engine.config_flags import add_flags, config_data
 
 
@@ -57,6 +57,7 @@ def test_print_config_round_trips() -> None:
                          timeout=60, check=True).stdout
     data = json.loads(out)
     assert data == {"model": {"path": "/x.gguf", "n_ctx": 1024}}
+    validate(data)  # the printed config is valid against the published schema
     bad = subprocess.run([sys.executable, str(ROOT / "server.py"), "-m", "/x.gguf",
                           "--log-level", "loud"], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "server.log_level" in bad.stderr
@@ -85,3 +86,8 @@ def test_serves_a_model_from_one_flag() -> None:
     finally:
         proc.terminate()
         proc.wait(20)
+
+
+def test_a_config_may_name_its_schema() -> None:
+    cfg = load_config("qwen2.5-coder-0.5b.json")
+    validate({"$schema": "../engine/config.schema.json", **cfg})

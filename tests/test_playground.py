@@ -36,6 +36,8 @@ def browser() -> Iterator[Any]:
 def test_a_question_streams_an_answer_with_stats(browser: Any, qwen_server: ServerProcess,
                                                  tmp_path: Path) -> None:
     page = browser.new_page(viewport={"width": 1200, "height": 760})
+    requested: list[str] = []
+    page.on("request", lambda r: requested.append(r.url))
     page.goto(qwen_server.url + "/")
     assert page.title() == "llamaserve playground"
     page.fill("#temperature", "0")
@@ -61,6 +63,9 @@ def test_a_question_streams_an_answer_with_stats(browser: Any, qwen_server: Serv
     page.press("#input", "Enter")
     page.wait_for_selector(".msg.assistant:last-child pre code", timeout=120_000)
     page.wait_for_selector(".msg.assistant:last-child .stats", timeout=120_000)
+    # everything the page loaded came from the server itself
+    assert requested and all(u.startswith(qwen_server.url + "/") for u in requested), \
+        [u for u in requested if not u.startswith(qwen_server.url)]
     page.close()
 
 
