@@ -11,6 +11,7 @@
 #   "numpy>=1.26",
 #   "websockets>=12",
 #   "prometheus-client>=0.20",
+#   "gguf>=0.10",
 # ]
 # ///
 """llamaserve: load the config, build the engine and the app, run uvicorn."""
@@ -32,6 +33,11 @@ if TYPE_CHECKING:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["pull"]:
+        from engine.model_pull import main as pull
+
+        return pull(argv[1:])
     parser = argparse.ArgumentParser(
         prog="llamaserve", description="OpenAI-compatible server over llama.cpp. "
         "Serve a model with 'llamaserve -m model.gguf' or a config with '-C config.json'; "

@@ -60,6 +60,7 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-C", "--config", help="JSON config file (flags override its fields)")
     for flag in FLAGS:
         parser.add_argument(*flag.names, dest=flag.dest, type=flag.kind,
+                            metavar=flag.field.rsplit(".", 1)[1].upper(),
                             help=f"{flag.help} ({flag.field})")
     parser.add_argument("--print-config", action="store_true",
                         help="print the JSON config these arguments make, and exit")

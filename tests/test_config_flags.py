@@ -91,3 +91,13 @@ def test_serves_a_model_from_one_flag() -> None:
 def test_a_config_may_name_its_schema() -> None:
     cfg = load_config("qwen2.5-coder-0.5b.json")
     validate({"$schema": "../engine/config.schema.json", **cfg})
+
+
+def test_pull_is_a_product_command() -> None:
+    """The README's model fetch: already cached, it prints where the models are."""
+    out = subprocess.run([sys.executable, str(ROOT / "server.py"), "pull", "gemma",
+                          "qwen-0.5b"], capture_output=True, text=True, timeout=600, check=True)
+    assert out.stdout.split() == [require_model("gemma"), require_model("qwen-0.5b")]
+    bad = subprocess.run([sys.executable, str(ROOT / "server.py"), "pull", "nope"],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "choose from" in bad.stderr

@@ -5,7 +5,7 @@ package; no torch needed. The result is an embedding model llama.cpp loads as
 ``bert``: bidirectional attention, a WordPiece (``bert``) vocabulary, and the pooling
 the sentence-transformers config asks for (mean for MiniLM). Weights stay float32.
 
-    python tests/convert_bert.py MODEL_DIR OUT.gguf
+    python -m engine.bert_to_gguf MODEL_DIR OUT.gguf
 """
 
 from __future__ import annotations
