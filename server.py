@@ -32,12 +32,49 @@ if TYPE_CHECKING:
     from starlette.applications import Starlette
 
 
+def check(argv: list[str]) -> int:
+    """``llamaserve check -C config.json``: validate the config, find the model files and
+    read their metadata through llama.cpp, without serving. Exit 0, 2 (config) or 1."""
+    parser = argparse.ArgumentParser(prog="llamaserve check",
+                                     description="validate a config and its model files")
+    add_flags(parser)
+    args = parser.parse_args(argv)
+    try:
+        config = parse(config_data(args))
+    except ConfigError as exc:
+        print(f"llamaserve: config error: {exc}", file=sys.stderr)
+        return 2
+    from engine.model_source import ModelSourceError, resolve
+    from engine.runner import ModelLoadError, model_summary
+
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    logging.getLogger("llamaserve.runner").setLevel(logging.CRITICAL)
+    models = [("model", config.model)]
+    if config.model.draft_model == "draft-model":
+        models.append(("draft model", dataclasses.replace(
+            config.model, path=config.model.draft_model_path,
+            from_pretrained=config.model.draft_model_from_pretrained)))
+    try:
+        for what, cfg in models:
+            path = resolve(cfg)
+            facts = ", ".join(f"{k} {v}" for k, v in model_summary(path).items())
+            print(f"{what}: {path}: {facts}")
+    except (ModelSourceError, ModelLoadError) as exc:
+        print(f"llamaserve: {exc}", file=sys.stderr)
+        return 1
+    print(f"config ok: serves {config.model.served_name()} on "
+          f"{config.server.host}:{config.server.port}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["pull"]:
         from engine.model_pull import main as pull
 
         return pull(argv[1:])
+    if argv[:1] == ["check"]:
+        return check(argv[1:])
     parser = argparse.ArgumentParser(
         prog="llamaserve", description="OpenAI-compatible server over llama.cpp. "
         "Serve a model with 'llamaserve -m model.gguf' or a config with '-C config.json'; "

@@ -69,6 +69,31 @@ class FimTokens:
     sep: int | None = None
 
 
+def model_summary(path: str) -> dict[str, str]:
+    """What ``llamaserve check`` reports of a model file: llama.cpp reads its metadata and
+    vocabulary (no weights). Raises ModelLoadError if llama.cpp cannot."""
+    _init_backend()
+    mp = L.llama_model_default_params()
+    mp.vocab_only = True
+    model = L.llama_model_load_from_file(path.encode(), mp)
+    if not model:
+        raise ModelLoadError(f"llama.cpp could not load the model file {path}")
+    try:
+        buf = ctypes.create_string_buffer(256)
+        out = {}
+        for key in ("general.architecture", "general.name", "general.size_label"):
+            if L.llama_model_meta_val_str(model, key.encode(), buf, len(buf)) >= 0:
+                out[key.split(".")[1]] = buf.value.decode("utf-8", "replace")
+        vocab = L.llama_model_get_vocab(model)
+        out["vocabulary"] = str(L.llama_vocab_n_tokens(vocab))
+        out["chat template"] = "yes" if L.llama_model_chat_template(model, None) else "no"
+        fim = L.llama_vocab_fim_pre(vocab) >= 0 and L.llama_vocab_fim_mid(vocab) >= 0
+        out["fill-in-the-middle"] = "yes" if fim else "no"
+        return out
+    finally:
+        L.llama_model_free(model)
+
+
 class ModelLoadError(RuntimeError):
     pass
 

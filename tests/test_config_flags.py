@@ -101,3 +101,27 @@ def test_pull_is_a_product_command() -> None:
     bad = subprocess.run([sys.executable, str(ROOT / "server.py"), "pull", "nope"],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "choose from" in bad.stderr
+
+
+def test_check_validates_without_serving(tmp_path: Path) -> None:
+    def check(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, str(ROOT / "server.py"), "check", *argv],
+                              capture_output=True, text=True, timeout=120)
+
+    good = tmp_path / "good.json"
+    cfg = load_config("qwen2.5-coder-0.5b.json")
+    cfg["model"]["path"] = require_model("qwen-0.5b")
+    good.write_text(json.dumps(cfg))
+    ok = check("-C", str(good))
+    assert ok.returncode == 0, ok.stderr
+    assert "architecture qwen2" in ok.stdout and "config ok" in ok.stdout
+    typo = tmp_path / "typo.json"
+    typo.write_text(json.dumps({**cfg, "model": {**cfg["model"], "n_ctxx": 5}}))
+    bad = check("-C", str(typo))
+    assert bad.returncode == 2 and "model.n_ctxx" in bad.stderr
+    not_gguf = tmp_path / "x.gguf"
+    not_gguf.write_bytes(b"hello, not a model")
+    broken = check("-m", str(not_gguf))
+    assert broken.returncode == 1 and len(broken.stderr.strip().splitlines()) == 1
+    missing = check("-m", str(tmp_path / "none.gguf"))
+    assert missing.returncode == 1 and "no such file" in missing.stderr
