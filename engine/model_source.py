@@ -7,10 +7,15 @@ also works offline (``HF_HUB_OFFLINE=1``) against an already populated cache.
 from __future__ import annotations
 
 import fnmatch
+import logging
 import os
+import sys
+import time
 from pathlib import Path
 
 from engine.config import FromPretrained, ModelConfig
+
+log = logging.getLogger("llamaserve.models")
 
 _GLOB_CHARS = set("*?[")
 
@@ -28,6 +33,15 @@ def resolve(cfg: ModelConfig) -> str:
     return download(cfg.from_pretrained)
 
 
+def _progress() -> None:
+    """huggingface-hub's progress bars on a terminal; elsewhere (a service's log, CI) no
+    bars, and ``download`` logs one line per file instead."""
+    if not sys.stderr.isatty():
+        from huggingface_hub.utils.tqdm import disable_progress_bars
+
+        disable_progress_bars()
+
+
 def download(src: FromPretrained) -> str:
     """Fetch (or find in the cache) the GGUF and its additional files; return the GGUF path."""
     try:
@@ -35,15 +49,19 @@ def download(src: FromPretrained) -> str:
         from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
     except ImportError as exc:  # pragma: no cover - dependency is declared
         raise ModelSourceError(f"huggingface-hub is required for from_pretrained: {exc}") from exc
+    _progress()
+    names = ", ".join([src.filename, *src.additional_files])
+    log.info("model.from_pretrained: getting %s from %s", names, src.repo_id)
+    started = time.monotonic()
     try:
         if not (_GLOB_CHARS & set(src.filename)) and not any(
             _GLOB_CHARS & set(f) for f in src.additional_files
         ):
-            for extra in src.additional_files:
-                hf_hub_download(src.repo_id, extra, revision=src.revision,
-                                cache_dir=src.cache_dir)
-            return str(hf_hub_download(src.repo_id, src.filename, revision=src.revision,
-                                       cache_dir=src.cache_dir))
+            for name in [*src.additional_files, src.filename]:
+                path = hf_hub_download(src.repo_id, name, revision=src.revision,
+                                       cache_dir=src.cache_dir)
+                _got(path, started)
+            return str(path)
         folder = Path(snapshot_download(
             src.repo_id, revision=src.revision, cache_dir=src.cache_dir,
             allow_patterns=[src.filename, *src.additional_files]))
@@ -57,4 +75,11 @@ def download(src: FromPretrained) -> str:
     if not matches:
         raise ModelSourceError(
             f"model.from_pretrained: no file matching {src.filename!r} in {src.repo_id}")
+    _got(str(matches[0]), started)
     return str(matches[0])
+
+
+def _got(path: str, started: float) -> None:
+    size = os.path.getsize(path) / 2**20
+    log.info("model.from_pretrained: %s (%.1f MiB) ready after %.1f s", path, size,
+             time.monotonic() - started)

@@ -39,6 +39,9 @@ def test_from_pretrained_offline(tmp_path: Path, filename: str) -> None:
                                        "cache_dir": str(tmp_path / "hf")}
     server = start_server(cfg, tmp_path, env={"HF_HUB_OFFLINE": "1"})
     try:
+        # not a terminal: no progress bars, one line per file
+        assert "model.from_pretrained: getting" in server.log()
+        assert f"{FILE} (241.4 MiB) ready after" in server.log()
         models = httpx.get(f"{server.base_url}/models", timeout=10).json()
         assert [m["id"] for m in models["data"]] == ["gemma-3-270m"]
         r = httpx.post(f"{server.base_url}/completions", json={
