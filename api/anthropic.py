@@ -73,10 +73,7 @@ async def _start(request: Request) -> tuple[ServerState, MessagesRequest, list[d
                                             Body]:
     state: ServerState = request.app.state.llama
     body = Body(await read_json(request, state.max_body_bytes))
-    state.require_generative()
-    if state.template is None:
-        raise APIError("This model has no chat template; set model.chat_template",
-                       code="no_chat_template")
+    state.require_chat()
     req = parse_messages_request(body, count_only=request.url.path.endswith("count_tokens"))
     messages = parse_messages(Body({"messages": req.messages}))  # as chat renders them
     return state, req, messages, Body({**req.chat_body, "messages": messages})

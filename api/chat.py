@@ -102,10 +102,7 @@ def _message(m: MessageDelta) -> dict[str, Any]:
 async def create_chat_completion(request: Request) -> Response:
     state: ServerState = request.app.state.llama
     body = Body(await read_json(request, state.max_body_bytes))
-    state.require_generative()
-    if state.template is None:
-        raise APIError("This model has no chat template; set model.chat_template in the config "
-                       "or use /v1/completions", code="no_chat_template")
+    state.require_chat()
     messages = parse_messages(body)
     n = body.integer("n", 1, 1, state.max_n) or 1
     stream = body.boolean("stream", False)

@@ -130,10 +130,7 @@ def sse_event(event: Event) -> bytes:
 async def create_response(request: Request) -> Response:
     state: ServerState = request.app.state.llama
     body = Body(await read_json(request, state.max_body_bytes))
-    state.require_generative()
-    if state.template is None:
-        raise APIError("This model has no chat template; set model.chat_template",
-                       code="no_chat_template")
+    state.require_chat()
     req = parse_request(body, state.seal.open)
     run = ResponseRun(state, req, _history(state, req.previous_response_id), request.scope)
     events = run.events()

@@ -83,7 +83,7 @@ class Connection:
             return
         body = {k: v for k, v in data.items() if k not in ("type", "stream", "stream_id")}
         try:
-            self.state.require_generative()
+            self.state.require_chat()
             req = parse_request(Body(body), self.state.seal.open)
             history = _history(self.state, req.previous_response_id, self.history)
         except APIError as exc:

@@ -39,6 +39,13 @@ class ServerState:
             raise APIError(f"{self.model_name} is an embedding model: it serves /v1/embeddings, "
                            "not text generation", param="model", code="model_not_generative")
 
+    def require_chat(self) -> None:
+        """A model that can chat: generative and with a chat template (else a 400)."""
+        self.require_generative()
+        if self.template is None:
+            raise APIError("This model has no chat template; set model.chat_template in the "
+                           "config or use /v1/completions", code="no_chat_template")
+
     @property
     def max_body_bytes(self) -> int:
         return self.config.server.max_body_bytes
