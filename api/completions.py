@@ -90,7 +90,7 @@ def _generated(entries: list[TokenLogprob]) -> list[tuple[int, TokenLogprob | No
 
 async def create_completion(request: Request) -> Response:
     state: ServerState = request.app.state.llama
-    body = Body(await read_json(request, state.max_body_bytes))
+    body = Body(await read_json(request, state.body_limits))
     state.require_generative()
     if body.has("suffix"):
         raise invalid("suffix", "'suffix' (insertion) is not supported by this server")

@@ -128,7 +128,7 @@ def sse_event(event: Event) -> bytes:
 
 async def create_response(request: Request) -> Response:
     state: ServerState = request.app.state.llama
-    body = Body(await read_json(request, state.max_body_bytes))
+    body = Body(await read_json(request, state.body_limits))
     state.require_generative()
     if state.template is None:
         raise APIError("This model has no chat template; set model.chat_template",

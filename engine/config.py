@@ -54,6 +54,10 @@ class ServerConfig:
     rate_limit: int = 0  # requests per minute per API key (or client address); 0 = off
     log_file: str | None = None
     drain_timeout: float = 30.0  # seconds SIGTERM/SIGINT wait for in-flight requests
+    max_json_depth: int = 64  # nesting of arrays/objects in a body or WebSocket frame
+    max_string_length: int = 4 * 1024 * 1024  # characters of one JSON string
+    max_array_length: int = 262_144  # items of one array (members of one object)
+    max_number_length: int = 100  # characters of one number literal
 
 
 @dataclass(frozen=True)
