@@ -11,6 +11,7 @@
 #   "numpy>=1.26",
 #   "websockets>=12",
 #   "prometheus-client>=0.20",
+#   "h11>=0.14",
 # ]
 # ///
 """llamaserve: load the config, build the engine and the app, run uvicorn."""
@@ -75,8 +76,15 @@ def main(argv: list[str] | None = None) -> int:
         except (ModelSourceError, ModelLoadError, ValueError, OSError) as exc:
             raise RuntimeError(str(exc)) from exc
 
-    return run(Lifecycle(load_app), host, args.port or config.server.port,
-               config.server.log_level, config.server.drain_timeout)
+    from api.connections import ConnectionLimits, guarded_protocol
+
+    server = config.server
+    http = guarded_protocol(ConnectionLimits(max_connections=server.max_connections,
+                                             header_timeout=server.header_timeout,
+                                             send_buffer=server.send_buffer_bytes))
+    return run(Lifecycle(load_app), host, args.port or server.port, server.log_level,
+               server.drain_timeout, http=http, timeout_keep_alive=server.keep_alive_timeout,
+               ws_max_size=4 * server.max_body_bytes)
 
 
 if __name__ == "__main__":

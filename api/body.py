@@ -38,6 +38,7 @@ class BodyLimits:
     max_string: int = 4 * 1024 * 1024
     max_items: int = 262_144
     max_number: int = 100
+    timeout: float = 30.0  # seconds to receive an HTTP body
 
 
 def too_large(limit: int) -> APIError:

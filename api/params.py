@@ -3,6 +3,7 @@ and the sampling fields shared by completions and chat completions."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import secrets
@@ -11,7 +12,7 @@ from typing import Any
 from starlette.requests import Request
 
 from api.body import BodyLimits, decode_object, too_large
-from api.errors import invalid
+from api.errors import APIError, invalid
 from engine.request import SamplingParams
 
 MAX_STOP = 16
@@ -31,10 +32,19 @@ async def read_json(request: Request, limits: BodyLimits) -> dict[str, Any]:
             int(length) > limits.max_bytes:
         raise too_large(limits.max_bytes)
     raw = bytearray()
-    async for chunk in request.stream():
-        raw += chunk
-        if len(raw) > limits.max_bytes:
-            raise too_large(limits.max_bytes)
+
+    async def receive() -> None:
+        async for chunk in request.stream():
+            raw.extend(chunk)
+            if len(raw) > limits.max_bytes:
+                raise too_large(limits.max_bytes)
+
+    try:
+        await asyncio.wait_for(receive(), limits.timeout)
+    except asyncio.TimeoutError:
+        raise APIError(f"Request body not received within {limits.timeout:g} s "
+                       "(server.body_timeout)", status=408, code="body_timeout",
+                       param="body_timeout") from None
     return decode_object(bytes(raw), limits)
 
 

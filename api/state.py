@@ -47,7 +47,7 @@ class ServerState:
         s = self.config.server
         return BodyLimits(max_bytes=s.max_body_bytes, max_depth=s.max_json_depth,
                           max_string=s.max_string_length, max_items=s.max_array_length,
-                          max_number=s.max_number_length)
+                          max_number=s.max_number_length, timeout=s.body_timeout)
 
     @property
     def max_n(self) -> int:

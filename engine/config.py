@@ -58,6 +58,12 @@ class ServerConfig:
     max_string_length: int = 4 * 1024 * 1024  # characters of one JSON string
     max_array_length: int = 262_144  # items of one array (members of one object)
     max_number_length: int = 100  # characters of one number literal
+    max_buffered_steps: int = 1024  # output steps held for a client not reading; then cancel
+    max_connections: int = 1024  # open HTTP + WebSocket connections; more get 503
+    header_timeout: float = 10.0  # seconds for a request's headers (slowloris)
+    body_timeout: float = 30.0  # seconds for a request's body
+    keep_alive_timeout: float = 5.0  # seconds an idle keep-alive connection stays open
+    send_buffer_bytes: int | None = None  # SO_SNDBUF per connection; None = OS autotuning
 
 
 @dataclass(frozen=True)
