@@ -64,6 +64,7 @@ class ServerConfig:
     body_timeout: float = 30.0  # seconds for a request's body
     keep_alive_timeout: float = 5.0  # seconds an idle keep-alive connection stays open
     send_buffer_bytes: int | None = None  # SO_SNDBUF per connection; None = OS autotuning
+    engine_failure_exit: float | None = 2.0  # exit 1 this long after the engine dies
 
 
 @dataclass(frozen=True)
