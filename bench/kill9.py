@@ -3,7 +3,8 @@
 Each round restarts the server on the same cache directory and checks it (healthy,
 within max_bytes, no temp file after the start, the reference answer equal to the
 first one served the same way), fires requests whose prompts get saved, and SIGKILLs
-the process at a random moment. Exit 1 on any problem.
+the process (odd rounds at a random moment, even rounds as soon as a temp file
+appears, i.e. inside a write). Exit 1 on any problem.
 
     flock /tmp/llamaserve-bench.lock python bench/kill9.py --rounds 25
 """
@@ -31,7 +32,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         report = kill9.run(args.rounds, Path(tmp), seed=args.seed)
     print(f"kill -9 rounds survived: {report.rounds}; restarts healthy: {report.started} "
-          f"(of {args.rounds + 1}); kills with a write in progress: {report.mid_write}")
+          f"(of {args.rounds + 1}); kills that left a partial temp file (mid-write): "
+          f"{report.mid_write}")
     print(f"largest cache seen: {report.max_seen_bytes} bytes (max_bytes {kill9.MAX_BYTES}); "
           f"corrupt files found at start: {report.rejected:g}; reference answers from a "
           f"disk prefix: {report.disk_hits}; mismatches: {report.mismatches}; "

@@ -5,7 +5,7 @@ Each round starts the server on the same cache directory, checks that it is heal
 the cache is within max_bytes, that no temp file survived the start and that a greedy
 answer served from the cache equals the reference, then fires requests with long
 distinct prompts (each one saved by the background writer) and kills the process with
-SIGKILL at a random moment."""
+SIGKILL: odd rounds at a random moment, even rounds as soon as a temp file appears."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ import httpx
 
 from conftest import gemma_config, start_server
 
-MAX_BYTES = 24 << 20
+MAX_BYTES = 6 << 20  # a few entries: eviction runs too
 WORDS = ["river", "stone", "lamp", "garden", "window", "paper", "silver", "orange", "forest",
          "candle", "bridge", "market", "winter", "harbor", "violin", "meadow"]
 
@@ -40,7 +40,7 @@ REFERENCE = prompt(10_000)
 class Report:
     rounds: int = 0
     started: int = 0  # restarts that became healthy
-    mid_write: int = 0  # kills with a temp file on disk right before SIGKILL
+    mid_write: int = 0  # kills that left a partial temp file behind (killed mid-write)
     max_seen_bytes: int = 0  # largest cache total observed (files on disk and metric)
     rejected: float = 0.0  # files the server found corrupt at start and deleted
     mismatches: int = 0  # reference answers that differed from the first one
@@ -108,13 +108,18 @@ def run(rounds: int, tmp: Path, seed: int = 0, max_wait: float = 1.5) -> Report:
                        for _ in range(4)]
             for t in threads:
                 t.start()
-            time.sleep(rng.uniform(0.05, max_wait))
-            if any(p.name.startswith(".tmp-") for p in cache_dir.iterdir()):
-                report.mid_write += 1
+            if rnd % 2:  # at a random moment
+                time.sleep(rng.uniform(0.05, max_wait))
+            else:  # as soon as a temp file shows up: inside a write
+                end = time.monotonic() + max_wait * 4
+                while time.monotonic() < end and not any(
+                        p.name.startswith(".tmp-") for p in cache_dir.iterdir()):
+                    time.sleep(0.0005)
             os.kill(server.proc.pid, signal.SIGKILL)
             server.proc.wait()
             report.rounds += 1
-            on_disk, _ = _dir_bytes(cache_dir)
+            on_disk, temps = _dir_bytes(cache_dir)
+            report.mid_write += temps > 0  # a partial file was left behind: killed mid-write
             report.max_seen_bytes = max(report.max_seen_bytes, on_disk)
             if on_disk > MAX_BYTES:
                 report.problems.append(f"round {rnd}: {on_disk} bytes after the kill")
