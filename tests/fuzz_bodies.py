@@ -136,7 +136,7 @@ def hostile_bodies(draw: st.DrawFn) -> tuple[str, bytes]:
             "tokens": [1, 2], "max_tokens": 2, "max_output_tokens": 2}
     parts = [f"{json.dumps(k)}: {json.dumps(v)}" for k, v in base.items()]
     kind = draw(st.sampled_from(["deep", "deep_whole", "text", "key", "number", "boundary",
-                                 "duplicate", "bad_utf8", "long"]))
+                                 "duplicate", "bad_utf8", "long", "arguments"]))
     if kind == "deep":
         parts.append(f'{json.dumps(draw(st.sampled_from([*sorted(base), "tools"])))}: '
                      f"{draw(DEEP)}")
@@ -149,6 +149,19 @@ def hostile_bodies(draw: st.DrawFn) -> tuple[str, bytes]:
         value = [{"role": "user", "content": text}] if field == "messages" else text
         parts = [p for p in parts if not p.startswith(json.dumps(field))]
         parts.append(f"{json.dumps(field)}: {json.dumps(value)}")
+    elif kind == "arguments":  # JSON inside a string: a tool call's arguments
+        inner = draw(DEEP | WILD_TEXT.map(lambda t: json.dumps({"a": t}))
+                     | HUGE_NUMBERS.map(lambda n: '{"a": ' + n + "}"))
+        messages = [{"role": "user", "content": "Hi"},
+                    {"role": "assistant", "content": None, "tool_calls": [{
+                        "id": "c1", "type": "function",
+                        "function": {"name": "f", "arguments": inner}}]},
+                    {"role": "tool", "tool_call_id": "c1", "content": "ok"}]
+        parts = [p for p in parts if not p.startswith('"messages"')]
+        parts.append(f'"messages": {json.dumps(messages)}')
+        parts.append('"input": ' + json.dumps([{"type": "function_call", "call_id": "c1",
+                                                "name": "f", "arguments": inner}]))
+        parts = [p for p in parts if not p.startswith('"input": "')]
     elif kind == "key":
         parts.append(f"{json.dumps(draw(WILD_TEXT))}: 1")
     elif kind in ("number", "boundary"):

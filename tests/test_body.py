@@ -145,3 +145,12 @@ def test_arbitrary_bytes_are_a_value_or_a_400(raw: bytes | str) -> None:
         decode(raw, LIMITS)
     except APIError as exc:
         assert exc.status == 400
+
+
+@pytest.mark.parametrize("text", ["[" * 5000 + "]" * 5000, '{"a": "\\ud83d"}', '["\\u0000"]'])
+def test_json_in_model_text_fails_as_a_value_error(text: str) -> None:
+    from parsers import json_text
+
+    with pytest.raises(ValueError):
+        json_text.loads(text)
+    assert json_text.loads('{"a": ["\\ud83d\\ude00", 1.5]}') == {"a": ["\U0001F600", 1.5]}
