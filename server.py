@@ -12,6 +12,7 @@
 #   "websockets>=12",
 #   "prometheus-client>=0.20",
 #   "gguf>=0.10",
+#   "h11>=0.14",
 # ]
 # ///
 """llamaserve: load the config, build the engine and the app, run uvicorn."""
@@ -125,10 +126,17 @@ def main(argv: list[str] | None = None) -> int:
         except (ModelSourceError, ModelLoadError, ValueError, OSError) as exc:
             raise RuntimeError(str(exc)) from exc
 
-    keepalive = config.server.keepalive_seconds or None  # WebSocket pings, like SSE comments
-    return run(Lifecycle(load_app), host, config.server.port,
-               config.server.log_level, config.server.drain_timeout,
-               ws_ping_interval=keepalive, ws_ping_timeout=max(20.0, keepalive or 0))
+    from api.connections import ConnectionLimits, guarded_protocol
+
+    server = config.server
+    http = guarded_protocol(ConnectionLimits(max_connections=server.max_connections,
+                                             header_timeout=server.header_timeout,
+                                             send_buffer=server.send_buffer_bytes))
+    keepalive = server.keepalive_seconds or None  # WebSocket pings, like SSE comments
+    return run(Lifecycle(load_app), host, server.port, server.log_level,
+               server.drain_timeout, http=http, timeout_keep_alive=server.keep_alive_timeout,
+               ws_max_size=4 * server.max_body_bytes, ws_ping_interval=keepalive,
+               ws_ping_timeout=max(20.0, keepalive or 0))
 
 
 if __name__ == "__main__":

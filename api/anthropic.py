@@ -33,6 +33,7 @@ from api.params import Body, read_json, sampling
 from api.state import ServerState
 from api.streaming import ChoiceResult, collect, unless_disconnected, with_keepalive
 from api.tools import parse_rules
+from parsers import json_text
 from parsers.message_stream import MessageDelta, MessageStream, ToolCall
 
 PING = b'event: ping\ndata: {"type": "ping"}\n\n'
@@ -49,7 +50,7 @@ def tool_use_id(call_id: str) -> str:
 
 def _input(call: ToolCall) -> dict[str, Any]:
     try:
-        value = json.loads(call.arguments)
+        value = json_text.loads(call.arguments)
     except ValueError:
         return {}
     return value if isinstance(value, dict) else {}
@@ -72,7 +73,7 @@ def _usage(res: ChoiceResult) -> dict[str, Any]:
 async def _start(request: Request) -> tuple[ServerState, MessagesRequest, list[dict[str, Any]],
                                             Body]:
     state: ServerState = request.app.state.llama
-    body = Body(await read_json(request, state.max_body_bytes))
+    body = Body(await read_json(request, state.body_limits))
     state.require_chat()
     req = parse_messages_request(body, count_only=request.url.path.endswith("count_tokens"))
     messages = parse_messages(Body({"messages": req.messages}))  # as chat renders them

@@ -102,7 +102,8 @@ def build_app(config: Config, engine: Engine, manage_engine: bool = True) -> Sta
     ``api.lifecycle`` does that itself (the model loads after the port opens)."""
     client = EngineClient(engine, workers=config.server.prepare_workers,
                           max_queue=config.server.max_queue,
-                          request_timeout=config.server.request_timeout)
+                          request_timeout=config.server.request_timeout,
+                          max_buffered=config.server.max_buffered_steps)
     state = ServerState(config=config, client=client, model_name=config.model.served_name(),
                         template=load_template(config, engine), layout=load_layout(config),
                         responses=ResponseStore(config.server.responses_store_max,

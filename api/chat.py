@@ -101,7 +101,7 @@ def _message(m: MessageDelta) -> dict[str, Any]:
 
 async def create_chat_completion(request: Request) -> Response:
     state: ServerState = request.app.state.llama
-    body = Body(await read_json(request, state.max_body_bytes))
+    body = Body(await read_json(request, state.body_limits))
     state.require_chat()
     messages = parse_messages(body)
     n = body.integer("n", 1, 1, state.max_n) or 1

@@ -88,7 +88,7 @@ def encode(vectors: np.ndarray, dimensions: int | None, fmt: str) -> list[Any]:
 
 async def create_embedding(request: Request) -> Response:
     state: ServerState = request.app.state.llama
-    body = Body(await read_json(request, state.max_body_bytes))
+    body = Body(await read_json(request, state.body_limits))
     embedder = state.client.engine.embedder
     if embedder is None:
         raise APIError("This model does not serve embeddings; set model.embedding: true in the "

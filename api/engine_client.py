@@ -26,6 +26,10 @@ from engine.request import Delta, EngineError, Request, SamplingParams, Status
 T = TypeVar("T")
 
 
+class ClientTooSlow(EngineError):
+    """The client stopped reading and its buffered output reached the limit."""
+
+
 class Generation:
     """The sequences of one HTTP request (prompts x n choices) running on the engine."""
 
@@ -51,8 +55,12 @@ class Generation:
 
 class EngineClient:
     def __init__(self, engine: Engine, workers: int = 4, max_queue: int = 1 << 30,
-                 request_timeout: float = 0.0) -> None:
+                 request_timeout: float = 0.0, max_buffered: int = 1024) -> None:
         self.engine = engine
+        # engine steps of output a request may have waiting for its client; past it the
+        # client is too slow and the request is cancelled (its queue holds no more)
+        self.max_buffered = max_buffered
+        self.too_slow: set[Request] = set()
         self.max_outstanding = engine.runner.n_seq_max + max_queue
         self.request_timeout = request_timeout
         self.outstanding = 0  # sequences submitted and not finished (event-loop thread)
@@ -76,7 +84,23 @@ class EngineClient:
         for request, delta in batch:
             if delta.finish_reason is not None:
                 self.outstanding -= 1
-            request.consumer.put_nowait(delta)
+            queue = request.consumer
+            if request in self.too_slow:  # cancelled: only its end is still delivered
+                if delta.finish_reason is not None:
+                    self.too_slow.discard(request)
+                    queue.put_nowait(Delta(
+                        index=delta.index, finish_reason="error",
+                        prompt_tokens=delta.prompt_tokens,
+                        completion_tokens=delta.completion_tokens,
+                        error=ClientTooSlow(f"the client did not read its output: "
+                                            f"{self.max_buffered} steps were waiting")))
+                continue
+            if delta.finish_reason is None and queue.qsize() >= self.max_buffered:
+                self.too_slow.add(request)
+                self.engine.metrics.slow_clients.inc()
+                self.engine.cancel(request)
+                continue
+            queue.put_nowait(delta)
 
     def cancel_all(self) -> None:
         """Cancel every request the engine holds (the end of a drain)."""

@@ -123,7 +123,7 @@ async def infill(request: Request) -> Response:
     ``prompt``; ``n_predict`` and the sampling fields; answers ``{"content", …}`` or,
     with ``stream``, SSE chunks of ``{"content", "stop"}``."""
     state: ServerState = request.app.state.llama
-    data = await read_json(request, state.max_body_bytes)
+    data = await read_json(request, state.body_limits)
     state.require_generative()
     fim = fim_tokens_or_400(state.runner, "input_prefix")
     n_predict = Body(data).integer("n_predict", None, -1)

@@ -90,6 +90,28 @@ class Lifecycle:
         app.state.llama.client.start()
         self.app = app
         log.info("model loaded; serving")
+        await self._watch_engine(app.state.llama)
+
+    async def _watch_engine(self, state: ServerState) -> None:
+        """If the engine thread dies, requests already fail (500/503) and /healthz says
+        503; after ``server.engine_failure_exit`` seconds the process exits with status 1
+        so a supervisor (systemd ``Restart=on-failure``) starts a fresh one."""
+        delay = state.config.server.engine_failure_exit
+        engine = state.client.engine
+        while engine.alive or engine.failure is None:
+            if self.server is not None and self.server.should_exit:
+                return
+            await asyncio.sleep(0.25)
+        if delay is None:
+            log.error("engine thread died (%s); serving 503 until restarted", engine.failure)
+            return
+        log.error("engine thread died (%s); exiting with status 1 in %g s", engine.failure,
+                  delay)
+        await asyncio.sleep(delay)
+        print(f"llamaserve: engine failed: {engine.failure}", file=sys.stderr)
+        self.exit_code = 1
+        if self.server is not None:
+            self.server.should_exit = True
 
     # -- draining -----------------------------------------------------------------------
     def drain(self, timeout: float | None) -> None:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from api.errors import invalid
+from api.body import BodyLimits, decode
+from api.errors import APIError, invalid
 from api.params import Body
 from engine.runner import Runner
 from parsers.chat_template import ChatTemplate
@@ -68,10 +68,11 @@ def _tool_calls(calls: Any, where: str) -> list[dict[str, Any]]:
         args = fn.get("arguments", {})
         if isinstance(args, str):
             try:
-                args = json.loads(args) if args.strip() else {}
-            except ValueError:
+                args = decode(args, BodyLimits()) if args.strip() else {}
+            except APIError as exc:  # the body's limits apply inside the string too
                 raise invalid(f"{where}.tool_calls[{i}].function.arguments",
-                              "'arguments' must be a JSON object string") from None
+                              f"'arguments' must be a JSON object string ({exc.message})") \
+                    from None
         out.append({**call, "type": call.get("type", "function"),
                     "function": {**fn, "arguments": args}})
     return out

@@ -3,6 +3,7 @@ and the sampling fields shared by completions and chat completions."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import secrets
@@ -10,6 +11,7 @@ from typing import Any
 
 from starlette.requests import Request
 
+from api.body import BodyLimits, decode_object, too_large
 from api.errors import APIError, invalid
 from engine.request import SamplingParams
 
@@ -22,24 +24,28 @@ DEFAULT_TOP_P = 0.95
 DEFAULT_MIN_P = 0.05
 
 
-async def read_json(request: Request, max_bytes: int) -> dict[str, Any]:
+async def read_json(request: Request, limits: BodyLimits) -> dict[str, Any]:
+    """Read the body (refusing it past ``max_bytes`` before it is all in memory) and
+    decode it through ``api.body``, the one decoding path of every route."""
     length = request.headers.get("content-length")
-    if length is not None and length.isdigit() and int(length) > max_bytes:
-        raise APIError(f"Request body too large (limit {max_bytes} bytes)", status=413,
-                       code="request_too_large")
+    if length is not None and length.isdigit() and len(length) < 20 and \
+            int(length) > limits.max_bytes:
+        raise too_large(limits.max_bytes)
     raw = bytearray()
-    async for chunk in request.stream():
-        raw += chunk
-        if len(raw) > max_bytes:
-            raise APIError(f"Request body too large (limit {max_bytes} bytes)", status=413,
-                           code="request_too_large")
+
+    async def receive() -> None:
+        async for chunk in request.stream():
+            raw.extend(chunk)
+            if len(raw) > limits.max_bytes:
+                raise too_large(limits.max_bytes)
+
     try:
-        data = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise APIError(f"Invalid JSON body: {exc}", code="invalid_json") from None
-    if not isinstance(data, dict):
-        raise APIError("Request body must be a JSON object", code="invalid_json")
-    return data
+        await asyncio.wait_for(receive(), limits.timeout)
+    except asyncio.TimeoutError:
+        raise APIError(f"Request body not received within {limits.timeout:g} s "
+                       "(server.body_timeout)", status=408, code="body_timeout",
+                       param="body_timeout") from None
+    return decode_object(bytes(raw), limits)
 
 
 class Body:

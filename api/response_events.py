@@ -18,7 +18,6 @@ Calls of ``custom`` tools become ``custom_tool_call`` items, of ``local_shell``
 from __future__ import annotations
 
 import copy
-import json
 import secrets
 import time
 from collections.abc import Callable
@@ -26,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from api.responses_request import OfferedTool
+from parsers import json_text
 from parsers.message_stream import CallChunk, MessageDelta, ToolCall
 
 Event = dict[str, Any]
@@ -238,7 +238,7 @@ class ResponseBuilder:
 
 def _json_object(text: str) -> dict[str, Any]:
     try:
-        value = json.loads(text)
+        value = json_text.loads(text)
     except ValueError:
         return {}
     return value if isinstance(value, dict) else {}

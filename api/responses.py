@@ -129,7 +129,7 @@ def sse_event(event: Event) -> bytes:
 
 async def create_response(request: Request) -> Response:
     state: ServerState = request.app.state.llama
-    body = Body(await read_json(request, state.max_body_bytes))
+    body = Body(await read_json(request, state.body_limits))
     state.require_chat()
     req = parse_request(body, state.seal.open)
     run = ResponseRun(state, req, _history(state, req.previous_response_id), request.scope)

@@ -19,6 +19,7 @@ from typing import Any
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
+from api.body import decode_object
 from api.errors import APIError
 from api.params import Body
 from api.responses import ResponseRun, _history, _store
@@ -32,6 +33,11 @@ def _error(code: str, message: str, *, type: str = "invalid_request_error",
            param: str | None = None, status: int = 400) -> dict[str, Any]:
     return {"type": "error", "status": status,
             "error": {"type": type, "code": code, "message": message, "param": param}}
+
+
+def _internal(exc: Exception) -> dict[str, Any]:
+    return _error("internal_error", f"Internal server error: {type(exc).__name__}",
+                  type="server_error", status=500)
 
 
 class Connection:
@@ -50,10 +56,16 @@ class Connection:
                 frame = await self.ws.receive()
                 if frame["type"] == "websocket.disconnect":
                     return
-                text = frame.get("text")
-                if text is None and frame.get("bytes") is not None:
-                    text = frame["bytes"].decode("utf-8", "replace")
-                await self.handle(text or "")
+                raw = frame.get("text")
+                if raw is None:
+                    raw = frame.get("bytes") or b""
+                try:
+                    await self.handle(raw)
+                except (WebSocketDisconnect, asyncio.CancelledError):
+                    raise
+                except Exception as exc:  # a bug must not close everyone's socket
+                    log.exception("websocket frame failed")
+                    await self.send(_internal(exc))
         except WebSocketDisconnect:
             return
         finally:
@@ -62,14 +74,12 @@ class Connection:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await self.task
 
-    async def handle(self, text: str) -> None:
+    async def handle(self, raw: str | bytes) -> None:
         try:
-            data = json.loads(text)
-        except ValueError:
-            await self.send(_error("invalid_json", "frames must be JSON objects"))
-            return
-        if not isinstance(data, dict):
-            await self.send(_error("invalid_json", "frames must be JSON objects"))
+            data = decode_object(raw, self.state.body_limits, "A frame")
+        except APIError as exc:
+            await self.send(_error(exc.code or "invalid_json", exc.message, param=exc.param,
+                                   status=exc.status))
             return
         kind = data.get("type")
         if kind != "response.create":
@@ -107,6 +117,11 @@ class Connection:
             else:
                 await self.send(_error(exc.code or "invalid_request", exc.message,
                                        type=exc.type, param=exc.param, status=exc.status))
+            return
+        except Exception as exc:
+            log.exception("websocket response failed")
+            with contextlib.suppress(Exception):
+                await self.send(_internal(exc))
             return
         finally:
             await events.aclose()

@@ -6,6 +6,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
+from api.body import BodyLimits
 from api.engine_client import EngineClient
 from api.errors import APIError
 from api.gate import GateState
@@ -49,6 +50,13 @@ class ServerState:
     @property
     def max_body_bytes(self) -> int:
         return self.config.server.max_body_bytes
+
+    @property
+    def body_limits(self) -> BodyLimits:
+        s = self.config.server
+        return BodyLimits(max_bytes=s.max_body_bytes, max_depth=s.max_json_depth,
+                          max_string=s.max_string_length, max_items=s.max_array_length,
+                          max_number=s.max_number_length, timeout=s.body_timeout)
 
     @property
     def max_n(self) -> int:

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 from starlette.requests import Request
 from starlette.responses import StreamingResponse
 
-from api.engine_client import Generation
+from api.engine_client import ClientTooSlow, Generation
 from api.errors import APIError
 from api.gate import note_usage
 from engine.request import Delta, RequestTimeout, TokenLogprob
@@ -115,6 +115,8 @@ class ChoiceResult:
     def add(self, d: Delta) -> None:
         if isinstance(d.error, RequestTimeout):
             raise APIError(f"Request timed out: {d.error}", status=408, code="request_timeout")
+        if isinstance(d.error, ClientTooSlow):
+            raise APIError(f"Request cancelled: {d.error}", status=408, code="client_too_slow")
         if d.error is not None:
             raise APIError(f"Generation failed: {d.error}", status=500, code="engine_error")
         self.timed_out = self.timed_out or d.timed_out

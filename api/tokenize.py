@@ -19,7 +19,7 @@ def _tokenize(runner: Runner, text: str, add_special: bool) -> list[int]:
 
 async def tokenize(request: Request) -> Response:
     state: ServerState = request.app.state.llama
-    body = Body(await read_json(request, state.max_body_bytes))
+    body = Body(await read_json(request, state.body_limits))
     add_special = body.boolean("add_special", True)
     with_pieces = body.boolean("with_pieces", False)
     if body.has("messages"):
@@ -45,7 +45,7 @@ async def tokenize(request: Request) -> Response:
 
 async def detokenize(request: Request) -> Response:
     state: ServerState = request.app.state.llama
-    body = Body(await read_json(request, state.max_body_bytes))
+    body = Body(await read_json(request, state.body_limits))
     tokens = body.data.get("tokens")
     n_vocab = state.runner.n_vocab
     if not isinstance(tokens, list) or not all(

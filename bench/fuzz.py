@@ -1,63 +1,113 @@
-"""The long fuzz: thousands of generated request bodies against a real server.
+"""The long fuzz: thousands of generated request bodies and WebSocket frames against a real
+server (Gemma 3 270M, n_seq_max 4, max_body_bytes 64 KiB).
 
-Same strategies as tests/test_fuzz.py (tests/fuzz_bodies.py), many more examples.
-Prints the status-code distribution per endpoint; fails (exit 1) on any 5xx or if the
-server is not healthy afterwards.
+Same strategies as tests/test_fuzz.py (tests/fuzz_bodies.py): near-valid bodies and
+hostile ones (deep nesting, surrogates, huge numbers, duplicate keys, bad UTF-8, ...),
+then WebSocket frames on one connection. Prints statuses per endpoint and dropped
+connections; fails (exit 1) on any 5xx, any dropped connection, any unanswered frame or
+an unhealthy server afterwards.
 
-    python bench/fuzz.py --examples 3000
+    flock /tmp/llamaserve-bench.lock python bench/fuzz.py --examples 10000 --ws-examples 1000
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import httpx
 from hypothesis import HealthCheck, given, settings
+from websockets.sync.client import connect
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
 from conftest import gemma_config, start_server  # noqa: E402
-from fuzz_bodies import post, request_bodies  # noqa: E402
+from fuzz_bodies import any_bodies, post_raw, ws_exchange, ws_frames  # noqa: E402
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--examples", type=int, default=3000)
+    ap.add_argument("--examples", type=int, default=10000)
+    ap.add_argument("--ws-examples", type=int, default=1000)
     args = ap.parse_args()
     counts: Counter[tuple[str, int]] = Counter()
+    dropped: Counter[str] = Counter()
+    ws_seen: Counter[str] = Counter()
     failures: list[tuple[str, Any, str]] = []
+    started = time.monotonic()
     with tempfile.TemporaryDirectory() as tmp:
-        server = start_server(gemma_config(max_output_tokens=4, embedding=True), Path(tmp))
+        cfg = gemma_config(max_output_tokens=4, n_seq_max=4, embedding=True)
+        cfg["server"]["max_body_bytes"] = 65536
+        server = start_server(cfg, Path(tmp))
         try:
             with httpx.Client(base_url=server.url, timeout=120) as http:
                 @settings(max_examples=args.examples, deadline=None, database=None,
                           suppress_health_check=list(HealthCheck))
-                @given(request_bodies())
-                def check(case: tuple[str, Any]) -> None:
-                    path, body = case
-                    r = post(http, case)
+                @given(any_bodies())
+                def check(case: tuple[str, bytes]) -> None:
+                    path, raw = case
+                    r = post_raw(http, case)
+                    if r is None:
+                        dropped[path] += 1
+                        failures.append((path, raw[:200], "dropped"))
+                        return
                     counts[(path, r.status_code)] += 1
                     if r.status_code >= 500:
-                        failures.append((path, body, r.text[:300]))
+                        failures.append((path, raw[:200], r.text[:300]))
+                    elif r.status_code >= 400 and set(r.json().get("error", {})) != {
+                            "message", "type", "param", "code"}:
+                        failures.append((path, raw[:200], "bad error shape " + r.text[:200]))
 
                 check()
+                http_seconds = time.monotonic() - started
+                ws_url = f"ws://127.0.0.1:{server.port}/v1/responses"
+                ws = connect(ws_url, max_size=None)
+
+                @settings(max_examples=args.ws_examples, deadline=None, database=None,
+                          suppress_health_check=list(HealthCheck))
+                @given(ws_frames())
+                def check_ws(case: tuple[str, str | bytes]) -> None:
+                    nonlocal ws
+                    kind, frame = case
+                    try:
+                        seen = ws_exchange(ws, kind, frame)
+                    except Exception as exc:
+                        ws_seen["dropped"] += 1
+                        failures.append(("ws", frame[:200], f"{type(exc).__name__}: {exc}"))
+                        ws = connect(ws_url, max_size=None)
+                        return
+                    for outcome in seen:
+                        ws_seen[outcome] += 1
+                        if outcome.startswith("error:") and int(outcome.rsplit(":", 1)[1]) >= 500:
+                            failures.append(("ws", frame[:200], outcome))
+
+                check_ws()
+                ws.close()
                 healthy = http.get("/healthz").status_code == 200
-                running = server.metrics()["llamaserve_requests_running"]
+                m = server.metrics()
+                running = m["llamaserve_requests_running"]
+                alive = m["llamaserve_engine_alive"]
         finally:
             server.stop()
-    total = sum(counts.values())
-    print(f"{total} requests; healthy afterwards: {healthy}; sequences running: {running:g}")
+    total = sum(counts.values()) + sum(dropped.values())
+    print(f"HTTP: {total} bodies in {http_seconds:.0f} s; dropped connections: "
+          f"{sum(dropped.values())}; 5xx: {sum(n for (_, s), n in counts.items() if s >= 500)}")
     for (path, status), n in sorted(counts.items()):
         print(f"  {path:24} {status}  {n}")
+    print(f"WebSocket: {sum(ws_seen.values())} replies on one connection "
+          f"(dropped/unanswered: {ws_seen['dropped']})")
+    for outcome, n in sorted(ws_seen.items()):
+        print(f"  {outcome:48} {n}")
+    print(f"healthy afterwards: {healthy}; engine alive: {alive:g}; sequences running: "
+          f"{running:g}; total {time.monotonic() - started:.0f} s")
     for path, body, text in failures[:10]:
-        print("5xx:", path, json.dumps(body)[:200], text)
+        print("FAIL:", path, repr(body)[:200], text)
     return 0 if not failures and healthy and running == 0 else 1
 
 

@@ -57,6 +57,17 @@ class ServerConfig:
     reasoning_key: str | None = None  # seals Responses reasoning (else $LLAMASERVE_REASONING_KEY)
     keepalive_seconds: float = 10.0  # SSE comment when a stream is silent this long; 0 = off
     playground: bool = True  # the chat page at /
+    max_json_depth: int = 64  # nesting of arrays/objects in a body or WebSocket frame
+    max_string_length: int = 4 * 1024 * 1024  # characters of one JSON string
+    max_array_length: int = 262_144  # items of one array (members of one object)
+    max_number_length: int = 100  # characters of one number literal
+    max_buffered_steps: int = 1024  # output steps held for a client not reading; then cancel
+    max_connections: int = 1024  # open HTTP + WebSocket connections; more get 503
+    header_timeout: float = 10.0  # seconds for a request's headers (slowloris)
+    body_timeout: float = 30.0  # seconds for a request's body
+    keep_alive_timeout: float = 5.0  # seconds an idle keep-alive connection stays open
+    send_buffer_bytes: int | None = None  # SO_SNDBUF per connection; None = OS autotuning
+    engine_failure_exit: float | None = 2.0  # exit 1 this long after the engine dies
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ File layout: ``b"LLSC"``, u32 format version, u32 header length, JSON header
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import logging
@@ -89,11 +90,24 @@ class _Corrupt(Exception):
     pass
 
 
+WRITE_BACKOFF = 10.0  # seconds saves are skipped after a failed write
+
+
+def _unlink(path: Path) -> None:
+    """Delete if possible: a read-only directory must not fail a request."""
+    with contextlib.suppress(OSError):
+        path.unlink(missing_ok=True)
+
+
 class DiskCache:
     def __init__(self, cfg: DiskCacheConfig, key: str, metrics: EngineMetrics | None = None,
                  max_pending_bytes: int = 512 << 20) -> None:
         self.dir = Path(cfg.path)
-        self.dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:  # serve without it: every save is skipped and counted
+            log.warning("disk cache %s unusable (%s); saves will be skipped", self.dir,
+                        exc.strerror or exc)
         self.max_bytes = cfg.max_bytes
         self.min_tokens = cfg.min_tokens
         self.key = key
@@ -105,6 +119,7 @@ class DiskCache:
         self._entries: dict[str, _Entry] = {}
         self._queued: PrefixTree[str] = PrefixTree()  # saves not written yet
         self._queue: queue.Queue[tuple[str, list[int], bytearray] | None] = queue.Queue()
+        self._failing_until = 0.0  # after a failed write, saves are skipped until then
         self._scan()
         self._writer = threading.Thread(target=self._write_loop, name="llamaserve-disk-cache",
                                         daemon=True)
@@ -112,9 +127,14 @@ class DiskCache:
 
     # -- index ------------------------------------------------------------------------
     def _scan(self) -> None:
-        for path in self.dir.iterdir():
+        try:
+            paths = list(self.dir.iterdir())
+        except OSError as exc:
+            log.warning("disk cache %s: cannot list (%s)", self.dir, exc.strerror or exc)
+            paths = []
+        for path in paths:
             if path.name.startswith(".tmp-"):
-                path.unlink(missing_ok=True)  # a write that never finished
+                _unlink(path)  # a write that never finished (killed mid-write)
             elif path.suffix == SUFFIX:
                 try:
                     with open(path, "rb") as f:
@@ -158,7 +178,7 @@ class DiskCache:
     def _drop(self, name: str) -> None:
         self._tree.remove(name)
         self._entries.pop(name, None)
-        (self.dir / name).unlink(missing_ok=True)
+        _unlink(self.dir / name)
         self._update_gauges()
 
     def _reject(self, path: Path, reason: str, exc: Exception | None) -> None:
@@ -169,14 +189,16 @@ class DiskCache:
             self._tree.remove(path.name)
             self._entries.pop(path.name, None)
             self._update_gauges()
-        path.unlink(missing_ok=True)
+        _unlink(path)
 
     def discard(self, name: str, reason: str) -> None:
         self._reject(self.dir / name, reason, None)
 
-    def _evict(self) -> None:
+    def _evict(self, reserve: int = 0) -> None:
+        """Least recently used first, until the entries (and ``reserve`` bytes about to be
+        written) fit in ``max_bytes``."""
         with self._lock:
-            while self.total_bytes > self.max_bytes and self._entries:
+            while self.total_bytes + reserve > self.max_bytes and self._entries:
                 oldest = min(self._entries.values(), key=lambda e: e.last_used)
                 self._drop(oldest.name)
                 self.metrics.disk_evictions.inc()
@@ -199,8 +221,13 @@ class DiskCache:
             return [(n, name) for n, name in self._tree.stored_prefixes(tokens) if n > 0]
 
     def wants(self, tokens: list[int]) -> bool:
-        """Worth saving: long enough, and at least ``min_tokens`` past any stored prefix."""
+        """Worth saving: long enough, and at least ``min_tokens`` past any stored prefix.
+        Not while writes are failing (disk full, read-only): those saves are skipped and
+        counted, and the state is not even copied out of llama.cpp."""
         if len(tokens) < self.min_tokens:
+            return False
+        if time.monotonic() < self._failing_until:
+            self.metrics.disk_write_errors.labels("skipped").inc()
             return False
         with self._lock:
             longest = max((n for n, _ in [*self._tree.stored_prefixes(tokens),
@@ -270,6 +297,8 @@ class DiskCache:
                 name, tokens, state = job
                 try:
                     self._write(name, tokens, state)
+                except OSError as exc:
+                    self._write_failed(exc)
                 finally:
                     with self._lock:
                         self._pending -= len(state) + 4 * len(tokens) + 1024
@@ -278,6 +307,14 @@ class DiskCache:
                 log.exception("disk cache write failed")
             finally:
                 self._queue.task_done()
+
+    def _write_failed(self, exc: OSError) -> None:
+        reason = errno.errorcode.get(exc.errno or 0, "OSError")
+        self.metrics.disk_write_errors.labels(reason).inc()
+        if time.monotonic() >= self._failing_until:  # one line per back-off period
+            log.warning("disk cache write failed (%s: %s); skipping saves for %g s", reason,
+                        exc.strerror or exc, WRITE_BACKOFF)
+        self._failing_until = time.monotonic() + WRITE_BACKOFF
 
     def _name(self, tokens: list[int]) -> str:
         return hashlib.sha256(self.key.encode() + _tokens_bytes(tokens)).hexdigest()[:40] + SUFFIX
@@ -288,6 +325,8 @@ class DiskCache:
                              "state_bytes": len(state),
                              "crc32": zlib.crc32(state, zlib.crc32(tok))}).encode()
         tmp = self.dir / f".tmp-{name}-{os.getpid()}-{threading.get_ident()}"
+        # room first, so the directory never holds more than max_bytes, even mid-write
+        self._evict(reserve=_PREAMBLE.size + len(header) + len(tok) + len(state))
         try:
             with open(tmp, "wb") as f:
                 f.write(_PREAMBLE.pack(MAGIC, FORMAT_VERSION, len(header)))
@@ -298,7 +337,7 @@ class DiskCache:
                 os.fsync(f.fileno())
             os.replace(tmp, self.dir / name)
         finally:
-            tmp.unlink(missing_ok=True)
+            _unlink(tmp)
         with self._lock:
             self._add(name, tokens, (self.dir / name).stat().st_size, time.time())
         self.metrics.disk_saves.inc()

@@ -46,6 +46,14 @@ class EngineMetrics:
             "llamaserve_disk_cache_dropped",
             "Saves skipped because the entry exceeds max_bytes or the writer is behind.",
             registry=r)
+        self.disk_write_errors = Counter(
+            "llamaserve_disk_cache_write_errors",
+            "Saves skipped because writing failed (disk full, read-only directory, ...), "
+            "by errno name.", ["reason"], registry=r)
+        self.slow_clients = Counter(
+            "llamaserve_slow_client_cancels",
+            "Sequences cancelled because their client stopped reading and the output held "
+            "for it reached server.max_buffered_steps.", registry=r)
         self.disk_evictions = Counter(
             "llamaserve_disk_cache_evictions", "Entries deleted to stay under max_bytes.",
             registry=r)

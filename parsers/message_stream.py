@@ -31,6 +31,7 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
+from parsers import json_text
 from parsers.response_schema import StreamLayout, apply_schema, coerce
 
 _FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
@@ -392,7 +393,7 @@ class MessageStream:
         name, args = fn["name"], fn.get("arguments", fn.get("parameters", {}))
         if isinstance(args, str):
             try:
-                args = json.loads(args) if args.strip() else {}
+                args = json_text.loads(args) if args.strip() else {}
             except ValueError:
                 return ToolCall(new_call_id(), name, json.dumps({"_raw": args}))
         if isinstance(args, dict):
@@ -405,7 +406,7 @@ class MessageStream:
         if fenced:
             body = fenced.group(1)
         try:
-            data = json.loads(body)
+            data = json_text.loads(body)
         except ValueError:
             return None
         items = data if isinstance(data, list) else [data]
@@ -429,7 +430,7 @@ class MessageStream:
 
 def _json_string(body: str) -> str | None:
     try:
-        value = json.loads(f'"{body}"')
+        value = json_text.loads(f'"{body}"')
     except ValueError:
         return None
     return value if isinstance(value, str) else None

@@ -22,6 +22,8 @@ from re import _constants as sre_c  # type: ignore[attr-defined]
 from re import _parser as sre_parse  # type: ignore[attr-defined]
 from typing import Any
 
+from parsers import json_text
+
 
 class SchemaError(ValueError):
     """The response schema itself is unusable (reported at start-up)."""
@@ -59,7 +61,7 @@ def _extract(schema: dict[str, Any], value: Any) -> Any:
 def _parse_json(value: Any) -> Any:
     if isinstance(value, str):
         try:
-            return json.loads(value)
+            return json_text.loads(value)
         except ValueError:
             return None
     return value

@@ -3,14 +3,23 @@ thread makes /healthz say 503. In-process, on the real Gemma model."""
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from starlette.testclient import TestClient
+from websockets.sync.client import connect as ws_connect
 
 from api.app import build_app
-from conftest import gemma_config
+from conftest import ROOT, free_port, gemma_config
 from engine.config import parse
 from engine.core import Engine
 from engine.runner import Runner
@@ -85,3 +94,58 @@ def test_dead_engine_thread_makes_health_503(app_client: tuple[TestClient, Engin
     assert health.status_code == 503 and "scheduler bug" in health.json()["reason"]
     r = client.post("/v1/completions", json=BODY)
     assert r.status_code == 503 and r.json()["error"]["code"] == "engine_unavailable"
+
+
+def test_engine_death_in_a_real_process_fails_in_flight_requests_and_exits_1(
+        tmp_path: Path) -> None:
+    """A stream and a WebSocket response in flight end with error objects at once,
+    /healthz turns 503, new requests get 503, and the process exits with status 1 (for a
+    supervisor's Restart=on-failure) after server.engine_failure_exit seconds."""
+    trigger = tmp_path / "kill-engine"
+    cfg = gemma_config(n_seq_max=4)
+    cfg["server"]["engine_failure_exit"] = 3
+    cfg_path = tmp_path / "c.json"
+    cfg_path.write_text(json.dumps(cfg))
+    port = free_port()
+    log = (tmp_path / "log").open("wb")
+    proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "faulty_server.py"), "-C",
+                             str(cfg_path), "--port", str(port)], stdout=log,
+                            stderr=subprocess.STDOUT,
+                            env={**os.environ, "LLAMASERVE_KILL_ENGINE": str(trigger)})
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
+                    break
+            time.sleep(0.2)
+        long = {"prompt": "Count:", "max_tokens": 2000, "ignore_eos": True, "temperature": 0}
+        ws = ws_connect(f"ws://127.0.0.1:{port}/v1/responses")
+        ws.send(json.dumps({"type": "response.create", "input": "Count to 500.",
+                            "max_output_tokens": 2000}))
+        with httpx.stream("POST", f"{url}/v1/completions", json={**long, "stream": True},
+                          timeout=60) as r:
+            lines = r.iter_lines()
+            first = next(line for line in lines if line.startswith("data:"))
+            assert '"text"' in first
+            killed = time.monotonic()
+            trigger.touch()
+            rest = [line for line in lines if line.startswith("data:")]
+        assert time.monotonic() - killed < 5  # failed fast, not at max_tokens
+        assert any('"error"' in line and "engine thread died" in line for line in rest)
+        events = []
+        while not events or events[-1]["type"] not in ("response.failed", "error"):
+            events.append(json.loads(ws.recv(timeout=10)))
+        assert events[-1]["type"] in ("response.failed", "error")
+        health = httpx.get(f"{url}/healthz", timeout=10)
+        assert health.status_code == 503 and "injected" in health.json()["reason"]
+        r2 = httpx.post(f"{url}/v1/completions", json=BODY, timeout=10)
+        assert r2.status_code == 503 and r2.json()["error"]["code"] == "engine_unavailable"
+        assert proc.wait(30) == 1
+        assert "llamaserve: engine failed:" in (tmp_path / "log").read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        log.close()

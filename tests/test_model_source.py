@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -84,4 +86,68 @@ def test_unloadable_model_file_exits_nonzero(tmp_path: Path) -> None:
     path.write_text(json.dumps(cfg))
     proc = run_server(path)
     assert proc.returncode == 1
-    assert "could not load the model file" in proc.stderr
+    assert "is not a GGUF file" in proc.stderr
+
+
+def broken_hf_cache(tmp_path: Path) -> dict[str, str]:
+    """A cache whose snapshot link points at a blob that is gone."""
+    populate_hf_cache(tmp_path / "hf")
+    for blob in (tmp_path / "hf").rglob("blobs/*"):
+        blob.unlink()
+    return {"repo_id": REPO, "filename": FILE, "cache_dir": str(tmp_path / "hf")}
+
+
+def unreadable_hf_cache(tmp_path: Path) -> dict[str, str]:
+    (tmp_path / "hf-file").write_text("a file where the cache directory should be")
+    return {"repo_id": REPO, "filename": FILE, "cache_dir": str(tmp_path / "hf-file")}
+
+
+def truncated(tmp_path: Path) -> str:
+    path = tmp_path / "truncated.gguf"
+    with open(require_model("gemma"), "rb") as f:
+        path.write_bytes(f.read(3_000_000))
+    return str(path)
+
+
+def cut_header(tmp_path: Path) -> str:
+    path = tmp_path / "header.gguf"
+    with open(require_model("gemma"), "rb") as f:
+        path.write_bytes(f.read(100))
+    return str(path)
+
+
+def file_with(name: str, data: bytes) -> Any:
+    def make(tmp_path: Path) -> str:
+        (tmp_path / name).write_bytes(data)
+        return str(tmp_path / name)
+    return make
+
+
+@pytest.mark.parametrize("source,expected", [
+    (truncated, "is truncated"),
+    (cut_header, "is truncated"),
+    (file_with("text.gguf", b"hello, not a model\n"), "is not a GGUF file"),
+    (file_with("empty.gguf", b""), "is not a GGUF file"),
+    (file_with("v9.gguf", b"GGUF\x09\x00\x00\x00" + b"\x00" * 16), "unsupported GGUF version"),
+    (lambda tmp: str(tmp / "missing.gguf"), "no such file"),
+    (lambda tmp: str(tmp), "no such file"),  # a directory
+    (broken_hf_cache, "cannot get"),
+    (unreadable_hf_cache, "cannot get"),
+])
+def test_bad_model_sources_exit_1_with_one_clear_line(tmp_path: Path, source: Any,
+                                                       expected: str) -> None:
+    cfg = gemma_config()
+    value = source(tmp_path)
+    if isinstance(value, dict):
+        del cfg["model"]["path"]
+        cfg["model"]["from_pretrained"] = value
+    else:
+        cfg["model"]["path"] = value
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(cfg))
+    proc = run_server(path, {"HF_HUB_OFFLINE": "1"})
+    assert proc.returncode == 1
+    output = proc.stdout + proc.stderr
+    lines = [ln for ln in output.splitlines() if ln.startswith("llamaserve: cannot start:")]
+    assert len(lines) == 1 and expected in lines[0], output[-2000:]
+    assert "Traceback" not in output

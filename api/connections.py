@@ -1,0 +1,131 @@
+"""Connection-level protection below the ASGI app: a cap on open connections and a deadline
+for request headers (slowloris).
+
+uvicorn's own ``limit_concurrency`` does not count WebSocket upgrades and answers with a
+plain-text 503, and its h11 protocol has no deadline for a request's headers: a client
+that opens a connection and sends nothing, or a header byte at a time, holds it forever
+(every byte also cancels the keep-alive timer). ``guarded_protocol`` returns a subclass of
+uvicorn's ``H11Protocol`` that
+
+- refuses a connection past ``server.max_connections`` open ones (HTTP keep-alive and
+  WebSocket alike): its first request, a WebSocket upgrade included, gets a 503
+  ``{"error": {..., "code": "too_many_connections"}}`` with ``Connection: close``;
+- closes a connection whose request headers are not complete ``server.header_timeout``
+  seconds after it opened or after its previous response ended (a 408 error object is
+  sent first when some bytes of a request had arrived).
+
+``server.send_buffer_bytes`` sets each connection's kernel send buffer and its transport's
+high-water mark (otherwise OS autotuning, up to megabytes, and 64 KiB): what a client that
+stops reading holds before its stream waits; ``EngineClient`` then bounds the steps
+queued behind it. Slow bodies are cut by ``read_json`` (``server.body_timeout``, 408).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import socket
+from dataclasses import dataclass
+from typing import Any
+
+import h11
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+log = logging.getLogger("llamaserve.connections")
+
+
+@dataclass(frozen=True)
+class ConnectionLimits:
+    max_connections: int = 1024
+    header_timeout: float = 10.0
+    send_buffer: int | None = None  # SO_SNDBUF of each connection (None: OS autotuning)
+
+
+def canned(status: int, reason: str, code: str, message: str) -> bytes:
+    """A complete HTTP/1.1 response with an OpenAI-style error body, closing the connection."""
+    body = json.dumps({"error": {"message": message, "type": "server_error" if status >= 500
+                                 else "timeout_error", "param": None, "code": code}}).encode()
+    head = (f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n"
+            f"content-length: {len(body)}\r\nconnection: close\r\n\r\n").encode()
+    return head + body
+
+
+def guarded_protocol(limits: ConnectionLimits) -> type[H11Protocol]:
+    class GuardedH11Protocol(H11Protocol):
+        """uvicorn's h11 protocol with a connection cap and a header deadline."""
+
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            super().connection_made(transport)  # type: ignore[arg-type]
+            sock = transport.get_extra_info("socket")
+            if limits.send_buffer is not None:
+                if sock is not None:
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, limits.send_buffer)
+                # uvicorn awaits the transport's drain past this (64 KiB by default)
+                transport.set_write_buffer_limits(high=limits.send_buffer)  # type: ignore[attr-defined]
+            self.refused = len(self.connections) > limits.max_connections
+            self.seen_bytes = False
+            self.header_timer: asyncio.TimerHandle | None = None
+            self.waiting_cycle: Any = None
+            self._arm()
+
+        def _arm(self) -> None:
+            self._disarm()
+            self.waiting_cycle = self.cycle
+            self.seen_bytes = False
+            self.header_timer = self.loop.call_later(limits.header_timeout, self._expired)
+
+        def _disarm(self) -> None:
+            if self.header_timer is not None:
+                self.header_timer.cancel()
+                self.header_timer = None
+
+        def _expired(self) -> None:
+            self.header_timer = None
+            if self.transport.is_closing():
+                return
+            if self.seen_bytes:
+                self.transport.write(canned(408, "Request Timeout", "header_timeout",
+                                            "Request headers not received within "
+                                            f"{limits.header_timeout:g} s"))
+            self.transport.close()
+
+        def data_received(self, data: bytes) -> None:
+            if self.refused:
+                self._refuse(data)
+                return
+            self.seen_bytes = True
+            super().data_received(data)
+            if self.header_timer is not None and (
+                    self.cycle is not self.waiting_cycle or self.transport.get_protocol()
+                    is not self):  # headers complete: a new cycle, or upgraded to WebSocket
+                self._disarm()
+
+        def _refuse(self, data: bytes) -> None:
+            """Over the cap: read up to the end of the request headers, answer 503."""
+            try:
+                self.conn.receive_data(data)
+                event = self.conn.next_event()
+            except h11.RemoteProtocolError:
+                self.transport.close()
+                return
+            if isinstance(event, h11.Request) and not self.transport.is_closing():
+                log.warning("refused a connection past server.max_connections = %d",
+                            limits.max_connections)
+                self.transport.write(canned(
+                    503, "Service Unavailable", "too_many_connections",
+                    f"The server has {limits.max_connections} open connections, its limit; "
+                    "retry shortly."))
+                self.transport.close()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            if not self.transport.is_closing() and self.cycle is not None \
+                    and self.cycle.response_complete:
+                self._arm()  # the next request's headers have header_timeout to arrive
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm()
+            super().connection_lost(exc)
+
+    return GuardedH11Protocol
