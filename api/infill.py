@@ -125,7 +125,6 @@ async def infill(request: Request) -> Response:
     state: ServerState = request.app.state.llama
     data = await read_json(request, state.body_limits)
     state.require_generative()
-    fim = fim_tokens_or_400(state.runner, "input_prefix")
     n_predict = Body(data).integer("n_predict", None, -1)
     fields = {k: v for k, v in data.items() if k not in ("n_predict", "max_tokens")}
     if n_predict is not None and n_predict >= 0:
@@ -133,6 +132,7 @@ async def infill(request: Request) -> Response:
     body = Body(fields)
     inp = parse_infill(body)
     params = sampling(body, n_vocab=state.runner.n_vocab)
+    fim = fim_tokens_or_400(state.runner, "input_prefix")
     prompt = await state.client.run(fim_prompt, state.runner, fim, inp,
                                     _room(state, params.max_tokens))
     gen = state.client.generate([prompt], params, 1, param="input_prefix")

@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
 from conftest import gemma_config, start_server  # noqa: E402
-from fuzz_bodies import any_bodies, post_raw, ws_exchange, ws_frames  # noqa: E402
+from fuzz_bodies import CHATML, any_bodies, post_raw, ws_exchange, ws_frames  # noqa: E402
 
 
 def main() -> int:
@@ -42,7 +42,8 @@ def main() -> int:
     failures: list[tuple[str, Any, str]] = []
     started = time.monotonic()
     with tempfile.TemporaryDirectory() as tmp:
-        cfg = gemma_config(max_output_tokens=4, n_seq_max=4, embedding=True)
+        cfg = gemma_config(max_output_tokens=4, n_seq_max=4, embedding=True,
+                           chat_template=CHATML)
         cfg["server"]["max_body_bytes"] = 65536
         server = start_server(cfg, Path(tmp))
         try:

@@ -43,6 +43,25 @@ COMMON: dict[str, Any] = {
     "logprobs": st.integers(-1, 25) | st.booleans() | JSON,
     "unknown_field": JSON,
 }
+# a chat template for the fuzz server (Gemma 3 270M has none), so chat, Responses and
+# Anthropic bodies run all the way through rendering, grammars and generation
+CHATML = ("{% for m in messages %}<start>{{ m.role }}\n{{ m.content or '' }}"
+          "{% if m.tool_calls %}{{ m.tool_calls | tojson }}{% endif %}<end>\n{% endfor %}"
+          "{% if tools %}{{ tools | tojson }}{% endif %}<start>assistant\n")
+BLOCK = st.fixed_dictionaries({
+    "type": st.sampled_from(["text", "tool_use", "tool_result", "thinking", "image", "x"]),
+    "text": TEXT | JSON, "id": TEXT, "tool_use_id": TEXT, "name": TEXT,
+    "input": JSON, "content": TEXT | JSON, "thinking": TEXT})
+ANTHROPIC: dict[str, Any] = {
+    "model": COMMON["model"], "system": TEXT | st.lists(BLOCK, max_size=2) | JSON,
+    "messages": st.lists(st.fixed_dictionaries({
+        "role": st.sampled_from(["user", "assistant", "x"]),
+        "content": TEXT | st.lists(BLOCK, max_size=3) | JSON}), max_size=3) | JSON,
+    "tools": st.lists(st.fixed_dictionaries({"name": TEXT, "input_schema": JSON}),
+                      max_size=2) | JSON,
+    "tool_choice": st.fixed_dictionaries({"type": st.sampled_from(
+        ["auto", "any", "tool", "none", "x"]), "name": TEXT}) | JSON,
+    "thinking": JSON, "output_config": JSON, "unknown_field": JSON}
 ENDPOINTS: dict[str, dict[str, Any]] = {
     "/v1/completions": {**COMMON, "prompt": TEXT | st.lists(TEXT, max_size=3)
                         | st.lists(st.integers(-10, 300000), max_size=5) | JSON,
@@ -58,9 +77,19 @@ ENDPOINTS: dict[str, dict[str, Any]] = {
                                      "name": "s", "schema": {"type": "object"}}}]) | JSON,
                              "top_logprobs": st.integers(-1, 30) | JSON},
     "/v1/responses": {**COMMON, "input": TEXT | st.lists(st.fixed_dictionaries({
-        "type": st.sampled_from(["message", "function_call_output", "reasoning", "x"]),
-        "role": st.sampled_from(["user", "assistant", "x"]), "content": TEXT | JSON}),
+        "type": st.sampled_from(["message", "function_call_output", "reasoning", "x",
+                                 "custom_tool_call", "local_shell_call", "web_search_call",
+                                 "function_call", "item_reference"]),
+        "role": st.sampled_from(["user", "assistant", "x"]), "content": TEXT | JSON,
+        "output": TEXT | JSON, "name": TEXT, "namespace": TEXT | JSON,
+        "encrypted_content": TEXT | JSON, "action": JSON}),
         max_size=3) | JSON, "instructions": TEXT | JSON,
+        "tools": st.lists(st.fixed_dictionaries({
+            "type": st.sampled_from(["function", "custom", "namespace", "local_shell",
+                                     "web_search", "mcp", "x"]),
+            "name": TEXT, "tools": JSON, "format": JSON, "parameters": JSON}), max_size=3)
+        | JSON,
+        "include": st.just(["reasoning.encrypted_content"]) | JSON,
         "max_output_tokens": st.integers(-2, 6) | JSON, "previous_response_id": TEXT,
         "text": st.just({"format": {"type": "json_object"}}) | JSON},
     "/v1/embeddings": {"model": JSON, "input": TEXT | st.lists(TEXT, max_size=4) | JSON,
@@ -69,6 +98,16 @@ ENDPOINTS: dict[str, dict[str, Any]] = {
     "/v1/tokenize": {"prompt": TEXT | JSON, "messages": st.lists(MESSAGE, max_size=2) | JSON,
                      "add_special": st.booleans() | JSON, "with_pieces": st.booleans() | JSON},
     "/v1/detokenize": {"tokens": st.lists(st.integers(-5, 300000), max_size=8) | JSON},
+    "/v1/messages": {**ANTHROPIC, "max_tokens": st.integers(-2, 6) | JSON,
+                     "stream": st.booleans() | JSON,
+                     "stop_sequences": st.lists(TEXT, max_size=3) | JSON},
+    "/v1/messages/count_tokens": ANTHROPIC,
+    "/infill": {"input_prefix": TEXT | JSON, "input_suffix": TEXT | JSON, "prompt": TEXT,
+                "input_extra": st.lists(st.fixed_dictionaries({"filename": TEXT | JSON,
+                                                               "text": TEXT | JSON}),
+                                        max_size=2) | JSON,
+                "n_predict": st.integers(-2, 6) | JSON, "stream": st.booleans() | JSON,
+                "temperature": COMMON["temperature"]},
 }
 
 
@@ -202,8 +241,12 @@ def post_raw(http: httpx.Client, case: tuple[str, bytes]) -> httpx.Response | No
 def check_error_shape(r: httpx.Response) -> None:
     assert r.status_code < 500, (r.status_code, r.text[:300])
     if r.status_code >= 400:
-        error = r.json()["error"]
-        assert set(error) == {"message", "type", "param", "code"}, r.text[:300]
+        body = r.json()
+        if r.request.url.path.startswith("/v1/messages"):  # Anthropic's shape there
+            assert body["type"] == "error" and set(body["error"]) == {"type", "message"}, \
+                r.text[:300]
+            return
+        assert set(body["error"]) == {"message", "type", "param", "code"}, r.text[:300]
 
 
 # -- WebSocket frames ------------------------------------------------------------------------

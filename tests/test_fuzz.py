@@ -13,6 +13,7 @@ from websockets.sync.client import connect
 
 from conftest import ServerProcess, gemma_config, start_server
 from fuzz_bodies import (
+    CHATML,
     check_error_shape,
     hostile_bodies,
     post,
@@ -29,7 +30,9 @@ WS_EXAMPLES = 80
 
 @pytest.fixture(scope="module")
 def fuzz_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    cfg = gemma_config(max_output_tokens=4, n_seq_max=4, embedding=True)
+    # a chat template, so chat, Responses and Anthropic bodies run all the way through
+    cfg = gemma_config(max_output_tokens=4, n_seq_max=4, embedding=True,
+                       chat_template=CHATML)
     cfg["server"]["max_body_bytes"] = 65536
     server = start_server(cfg, tmp_path_factory.mktemp("fuzz"))
     yield server
@@ -53,14 +56,12 @@ def test_generated_bodies_never_get_a_5xx(fuzz_server: ServerProcess,
         r = post(http, case)
         statuses[r.status_code] = statuses.get(r.status_code, 0) + 1
         assert r.status_code < 500, (case, r.text)
-        if r.status_code >= 400:
-            error = r.json()["error"]
-            assert set(error) == {"message", "type", "param", "code"}
+        check_error_shape(r)
 
     check()
     assert sum(statuses.values()) >= EXAMPLES
     # both accepted and refused bodies were exercised (the same examples every run)
-    assert statuses.get(200, 0) > 5 and sum(v for k, v in statuses.items() if k >= 400) > 10
+    assert statuses.get(200, 0) >= 3 and sum(v for k, v in statuses.items() if k >= 400) > 10
     assert http.get("/healthz").status_code == 200
     m = fuzz_server.metrics()
     assert m["llamaserve_requests_running"] == 0 and m["llamaserve_engine_alive"] == 1
