@@ -34,7 +34,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT / "tests"))
 
 from fetch_models import model_path  # noqa: E402
-from load import print_table, run_level  # noqa: E402
+from load import run_level  # noqa: E402
+from report import Chart, report  # noqa: E402
 
 
 def _port() -> int:
@@ -124,7 +125,9 @@ def main() -> None:
             row["ratio"] = round(results["llamaserve"][c]["tok_s"]
                                  / max(results["llama-server"][c]["tok_s"], 1e-9), 3)
         rows.append(row)
-    print_table(rows)
+    report(rows, "compare_servers", Chart(
+        "concurrency", [f"{n} tok/s" for n in results], "tokens/s (end to end)",
+        "Serving throughput, same model and settings"))
 
 
 if __name__ == "__main__":

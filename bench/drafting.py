@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from conftest import qwen_config, start_server  # noqa: E402
 from fetch_models import model_path  # noqa: E402
-from load import print_table  # noqa: E402
+from report import report  # noqa: E402
 
 FUNCTION = '''def summarize_orders(orders, currency="EUR", include_refunds=False):
     """Aggregate a list of order dicts into per-customer totals."""
@@ -203,7 +203,7 @@ def main() -> None:
                              "accepted": f"{accepted:g}/{proposed:g}",
                              "identical": p[1] == f[1]})
                 print(json.dumps(rows[-1]), file=sys.stderr)
-    print_table(rows)
+    report(rows, "drafting")
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from compare_servers import _port, _wait  # noqa: E402
 from fetch_models import model_path  # noqa: E402
-from load import print_table  # noqa: E402
+from report import report  # noqa: E402
 
 SUBJECTS = ["The committee", "A small dog", "Our new parser", "The river", "My neighbour",
             "This library", "The old bridge", "A sudden storm"]
@@ -128,7 +128,7 @@ def main() -> None:
             row["ratio"] = round(results["llamaserve"][shape]
                                  / max(results["llama-server"][shape], 1e-9), 2)
         rows.append(row)
-    print_table(rows)
+    report(rows, "embeddings")
 
 
 if __name__ == "__main__":

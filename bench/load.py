@@ -18,6 +18,10 @@ from dataclasses import dataclass, field
 
 import httpx
 
+from report import Chart, print_table, report
+
+__all__ = ["Chart", "print_table", "report", "run_level"]
+
 
 @dataclass
 class LevelResult:
@@ -99,16 +103,6 @@ async def run_level(url: str, model: str, concurrency: int, tokens: int, rounds:
     return res
 
 
-def print_table(rows: list[dict[str, object]]) -> None:
-    if not rows:
-        return
-    keys = list(rows[0])
-    widths = {k: max(len(k), *(len(str(r[k])) for r in rows)) for k in keys}
-    print("  ".join(k.rjust(widths[k]) for k in keys))
-    for r in rows:
-        print("  ".join(str(r[k]).rjust(widths[k]) for k in keys))
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--url", default="http://127.0.0.1:8000/v1")
@@ -121,7 +115,7 @@ def main() -> None:
     for c in (int(x) for x in args.concurrency.split(",")):
         rows.append(dict(asyncio.run(run_level(args.url, args.model, c, args.tokens,
                                                args.rounds)).row()))
-    print_table(rows)
+    report(rows, "load", Chart("concurrency", ["tok_s"], "tokens/s"))
 
 
 if __name__ == "__main__":

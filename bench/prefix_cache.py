@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from compare_servers import _port, _wait, start_llama_server  # noqa: E402
 from fetch_models import model_path  # noqa: E402
-from load import print_table  # noqa: E402
+from report import Chart, report  # noqa: E402
 
 TOPICS = ["rivers", "bridges", "compilers", "violins", "glaciers", "tea", "comets", "looms"]
 QUESTIONS = ["What about rivers?", "Tell me about looms.", "And violins?"]
@@ -148,7 +148,9 @@ def main() -> None:
                          "after restart ms": round(t["restart"] * 1000),
                          "restart/cold": round(t["restart"] / t["cold"], 4)})
             print(f"{name}: {rows[-1]}", file=sys.stderr)
-    print_table(rows)
+    report(rows, "prefix_cache", Chart(
+        "server", ["cold ms", "warm ms", "after restart ms"], "time to first token (ms)",
+        f"A ~{max(PROMPT_TOKENS)}-token system prompt: cold, warm, after a restart", log=True))
 
 
 if __name__ == "__main__":

@@ -29,8 +29,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from compare_servers import _port, _wait  # noqa: E402
 from fetch_models import model_path  # noqa: E402
-from load import print_table  # noqa: E402
 from prefix_cache import start_llamaserve, system_prompt  # noqa: E402
+from report import report  # noqa: E402
 
 QUESTION_1 = "Which rule mentions comets? Answer in one sentence."
 QUESTION_2 = "And which rule mentions violins? Answer in one sentence."
@@ -114,14 +114,14 @@ def main() -> None:
     ws_text = statistics.mean(t[1] for t in ws_times)
     http_event = statistics.mean(t[0] for t in http_times)
     http_text = statistics.mean(t[1] for t in http_times)
-    print_table([
+    report([
         {"turn 2": "WebSocket, previous_response_id", "first event ms": round(ws_event * 1000),
          "first text delta ms": round(ws_text * 1000)},
         {"turn 2": "HTTP cold, full history", "first event ms": round(http_event * 1000),
          "first text delta ms": round(http_text * 1000)},
         {"turn 2": "ratio", "first event ms": round(ws_event / http_event, 3),
          "first text delta ms": round(ws_text / http_text, 3)},
-    ])
+    ], "responses_ws")
 
 
 if __name__ == "__main__":
