@@ -12,7 +12,7 @@ from conftest import ROOT
 
 sys.path.insert(0, str(ROOT / "bench"))
 
-from report import Chart, report  # noqa: E402
+from report import Chart, report
 
 
 def test_report_writes_json_and_a_chart(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
