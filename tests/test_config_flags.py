@@ -12,6 +12,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from openai import OpenAI
 
 from conftest import ROOT, free_port, load_config, require_model
 from engine.config import ConfigError, parse, validate
@@ -80,9 +81,10 @@ def test_serves_a_model_from_one_flag() -> None:
             time.sleep(0.2)
         models = httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=10).json()
         assert [m["id"] for m in models["data"]] == ["quick"]
-        r = httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", timeout=60, json={
-            "messages": [{"role": "user", "content": "Say OK."}], "max_tokens": 3})
-        assert r.status_code == 200 and r.json()["model"] == "quick"
+        client = OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused",
+                        max_retries=0)
+        r = client.completions.create(model="quick", prompt="def add(a, b):", max_tokens=4)
+        assert r.model == "quick" and r.choices[0].text
     finally:
         proc.terminate()
         proc.wait(20)
