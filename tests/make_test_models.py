@@ -160,54 +160,161 @@ def _rand(rng: np.random.Generator, *shape: int, std: float = 0.02) -> np.ndarra
     return (rng.standard_normal(shape) * std).astype(np.float32)
 
 
-def write_vision_projector(out: str | Path, n_embd_text: int, *, seed: int = 0,
-                           spec: ProjectorSpec = ProjectorSpec()) -> Path:
-    """A random LLaVA-style (``mlp``) CLIP vision projector whose output width is
-    ``n_embd_text``. Shapes below are numpy order (the reverse of ggml's ne)."""
+@dataclass(frozen=True)
+class AudioSpec:
+    """Whisper-style encoder + Ultravox projector. Audio is cut into 30 s windows of
+    3000 mel frames (shorter audio is padded to one window); the two convolutions halve
+    that to 1500 positions and the projector stacks ``stack_factor`` of them into one
+    token: 1500 / 4 = 375 tokens per window. The stack factor must divide 1500: with 8
+    the graph makes 188 tokens where mtmd expects 187 and clip_encode GGML_ABORTs
+    ("Invalid number of output tokens"), killing the process."""
+
+    n_mel: int = 128
+    n_embd: int = 32
+    n_head: int = 2
+    n_ff: int = 64
+    n_layer: int = 1
+    n_ctx: int = 1500  # position embeddings: one window after the stride-2 conv
+    stack_factor: int = 4
+    mm_hidden: int = 64  # after SwiGLU (mm.a.mlp.1 makes 2 * mm_hidden)
+
+    @property
+    def tokens_per_window(self) -> int:
+        return 1500 // self.stack_factor
+
+
+Tensors = dict[str, np.ndarray]
+
+
+def _vision_part(rng: np.random.Generator, n_embd_text: int, spec: ProjectorSpec
+                 ) -> tuple[dict[str, object], Tensors]:
+    kv: dict[str, object] = {
+        "clip.vision.image_size": spec.image_size,
+        "clip.vision.patch_size": spec.patch_size,
+        "clip.vision.embedding_length": spec.n_embd,
+        "clip.vision.feed_forward_length": spec.n_ff,
+        "clip.vision.block_count": spec.n_layer,
+        "clip.vision.projection_dim": n_embd_text,
+        "clip.vision.attention.head_count": spec.n_head,
+        "clip.vision.attention.layer_norm_epsilon": 1e-5,
+        "clip.vision.image_mean": [0.48145466, 0.4578275, 0.40821073],
+        "clip.vision.image_std": [0.26862954, 0.26130258, 0.27577711],
+    }
+    d, p = spec.n_embd, spec.patch_size
+    t: Tensors = {
+        "v.patch_embd.weight": _rand(rng, d, 3, p, p),  # Conv2d(3 → d, k=p, stride=p)
+        "v.class_embd": _rand(rng, d),
+        "v.position_embd.weight": _rand(rng, spec.n_patches + 1, d),  # + class token
+        "v.pre_ln.weight": _ones(d),
+        "v.pre_ln.bias": _zeros(d),
+    }
+    for i in range(spec.n_layer):
+        t.update(_block(rng, f"v.blk.{i}", d, spec.n_ff, k_bias=True))
+    t["mm.0.weight"] = _rand(rng, spec.mm_hidden, d, std=0.2)
+    t["mm.0.bias"] = _zeros(spec.mm_hidden)
+    t["mm.2.weight"] = _rand(rng, n_embd_text, spec.mm_hidden, std=0.2)
+    t["mm.2.bias"] = _zeros(n_embd_text)
+    return kv, t
+
+
+def _audio_part(rng: np.random.Generator, n_embd_text: int, spec: AudioSpec
+                ) -> tuple[dict[str, object], Tensors]:
+    kv: dict[str, object] = {
+        "clip.audio.embedding_length": spec.n_embd,
+        "clip.audio.feed_forward_length": spec.n_ff,
+        "clip.audio.block_count": spec.n_layer,
+        "clip.audio.projection_dim": n_embd_text,
+        "clip.audio.attention.head_count": spec.n_head,
+        "clip.audio.attention.layer_norm_epsilon": 1e-5,
+        "clip.audio.num_mel_bins": spec.n_mel,
+        "clip.audio.projector.stack_factor": spec.stack_factor,
+    }
+    d = spec.n_embd
+    t: Tensors = {
+        # Conv1d(n_mel → d, k=3, pad 1) and Conv1d(d → d, k=3, stride 2, pad 1); the
+        # biases are (d, 1) so they broadcast over time
+        "a.conv1d.1.weight": _rand(rng, d, spec.n_mel, 3),
+        "a.conv1d.1.bias": np.zeros((d, 1), np.float32),
+        "a.conv1d.2.weight": _rand(rng, d, d, 3),
+        "a.conv1d.2.bias": np.zeros((d, 1), np.float32),
+        "a.position_embd.weight": _rand(rng, spec.n_ctx, d),
+        "a.post_ln.weight": _ones(d),
+        "a.post_ln.bias": _zeros(d),
+    }
+    for i in range(spec.n_layer):  # whisper: no bias on k (the graph asserts it)
+        t.update(_block(rng, f"a.blk.{i}", d, spec.n_ff, k_bias=False))
+    stacked = d * spec.stack_factor
+    t["mm.a.norm_pre.weight"] = _ones(stacked)  # RMSNorm
+    t["mm.a.mlp.1.weight"] = _rand(rng, 2 * spec.mm_hidden, stacked, std=0.2)  # → SwiGLU
+    t["mm.a.norm_mid.weight"] = _ones(spec.mm_hidden)  # RMSNorm
+    t["mm.a.mlp.2.weight"] = _rand(rng, n_embd_text, spec.mm_hidden, std=0.2)
+    return kv, t
+
+
+def _ones(*shape: int) -> np.ndarray:
+    return np.ones(shape, np.float32)
+
+
+def _zeros(*shape: int) -> np.ndarray:
+    return np.zeros(shape, np.float32)
+
+
+def _block(rng: np.random.Generator, b: str, d: int, n_ff: int, *, k_bias: bool) -> Tensors:
+    """One pre-norm ViT / whisper encoder block (LayerNorm with bias, GELU FFN)."""
+    t: Tensors = {}
+    for name in ("attn_q", "attn_k", "attn_v", "attn_out"):
+        t[f"{b}.{name}.weight"] = _rand(rng, d, d)
+        if name != "attn_k" or k_bias:
+            t[f"{b}.{name}.bias"] = _zeros(d)
+    t[f"{b}.ln1.weight"], t[f"{b}.ln1.bias"] = _ones(d), _zeros(d)
+    t[f"{b}.ln2.weight"], t[f"{b}.ln2.bias"] = _ones(d), _zeros(d)
+    t[f"{b}.ffn_up.weight"], t[f"{b}.ffn_up.bias"] = _rand(rng, n_ff, d), _zeros(n_ff)
+    t[f"{b}.ffn_down.weight"], t[f"{b}.ffn_down.bias"] = _rand(rng, d, n_ff), _zeros(d)
+    return t
+
+
+def write_projector(out: str | Path, n_embd_text: int, *, vision: bool = True,
+                    audio: bool = False, seed: int = 0,
+                    spec: ProjectorSpec = ProjectorSpec(),
+                    audio_spec: AudioSpec = AudioSpec()) -> Path:
+    """A random mmproj GGUF whose output width is ``n_embd_text``: a LLaVA-style
+    (``mlp``) vision encoder, an Ultravox (``ultravox``) audio encoder, or both in one
+    file (then each modality names its projector type: ``clip.vision.projector_type`` /
+    ``clip.audio.projector_type``). Shapes here are numpy order (the reverse of ggml's ne).
+    """
+    if not (vision or audio):
+        raise ValueError("a projector needs vision, audio or both")
     out = Path(out)
     rng = np.random.default_rng(seed)
     w = gguf.GGUFWriter(str(out), "clip")
     w.add_string("general.name", "llamaserve random test mmproj")
     w.add_string("general.description", "random weights, for tests only")
     w.add_uint32("general.file_type", int(gguf.LlamaFileType.ALL_F32))
-    w.add_string("clip.projector_type", "mlp")
-    w.add_bool("clip.has_vision_encoder", True)
-    w.add_bool("clip.has_audio_encoder", False)
+    if vision and audio:
+        w.add_string("clip.vision.projector_type", "mlp")
+        w.add_string("clip.audio.projector_type", "ultravox")
+    else:
+        w.add_string("clip.projector_type", "mlp" if vision else "ultravox")
+    w.add_bool("clip.has_vision_encoder", vision)
+    w.add_bool("clip.has_audio_encoder", audio)
     w.add_bool("clip.use_gelu", True)
-    w.add_uint32("clip.vision.image_size", spec.image_size)
-    w.add_uint32("clip.vision.patch_size", spec.patch_size)
-    w.add_uint32("clip.vision.embedding_length", spec.n_embd)
-    w.add_uint32("clip.vision.feed_forward_length", spec.n_ff)
-    w.add_uint32("clip.vision.block_count", spec.n_layer)
-    w.add_uint32("clip.vision.projection_dim", n_embd_text)
-    w.add_uint32("clip.vision.attention.head_count", spec.n_head)
-    w.add_float32("clip.vision.attention.layer_norm_epsilon", 1e-5)
-    w.add_array("clip.vision.image_mean", [0.48145466, 0.4578275, 0.40821073])
-    w.add_array("clip.vision.image_std", [0.26862954, 0.26130258, 0.27577711])
-
-    d, p = spec.n_embd, spec.patch_size
-    ones, zeros = np.ones(d, np.float32), np.zeros(d, np.float32)
-    tensors: dict[str, np.ndarray] = {
-        "v.patch_embd.weight": _rand(rng, d, 3, p, p),  # Conv2d(3 → d, k=p, stride=p)
-        "v.class_embd": _rand(rng, d),
-        "v.position_embd.weight": _rand(rng, spec.n_patches + 1, d),  # + class token
-        "v.pre_ln.weight": ones.copy(), "v.pre_ln.bias": zeros.copy(),
-    }
-    for i in range(spec.n_layer):
-        b = f"v.blk.{i}"
-        for name in ("attn_q", "attn_k", "attn_v", "attn_out"):
-            tensors[f"{b}.{name}.weight"] = _rand(rng, d, d)
-            tensors[f"{b}.{name}.bias"] = zeros.copy()
-        tensors[f"{b}.ln1.weight"], tensors[f"{b}.ln1.bias"] = ones.copy(), zeros.copy()
-        tensors[f"{b}.ln2.weight"], tensors[f"{b}.ln2.bias"] = ones.copy(), zeros.copy()
-        tensors[f"{b}.ffn_up.weight"] = _rand(rng, spec.n_ff, d)
-        tensors[f"{b}.ffn_up.bias"] = np.zeros(spec.n_ff, np.float32)
-        tensors[f"{b}.ffn_down.weight"] = _rand(rng, d, spec.n_ff)
-        tensors[f"{b}.ffn_down.bias"] = zeros.copy()
-    tensors["mm.0.weight"] = _rand(rng, spec.mm_hidden, d, std=0.2)
-    tensors["mm.0.bias"] = np.zeros(spec.mm_hidden, np.float32)
-    tensors["mm.2.weight"] = _rand(rng, n_embd_text, spec.mm_hidden, std=0.2)
-    tensors["mm.2.bias"] = np.zeros(n_embd_text, np.float32)
+    kv: dict[str, object] = {}
+    tensors: Tensors = {}
+    if vision:
+        kv_v, t_v = _vision_part(rng, n_embd_text, spec)
+        kv.update(kv_v)
+        tensors.update(t_v)
+    if audio:
+        kv_a, t_a = _audio_part(rng, n_embd_text, audio_spec)
+        kv.update(kv_a)
+        tensors.update(t_a)
+    for key, value in kv.items():
+        if isinstance(value, list):
+            w.add_array(key, value)
+        elif isinstance(value, float):
+            w.add_float32(key, value)
+        else:
+            w.add_uint32(key, int(value))  # type: ignore[call-overload]
     for name, data in tensors.items():
         w.add_tensor(name, np.ascontiguousarray(data))
     w.write_header_to_file()
@@ -215,6 +322,17 @@ def write_vision_projector(out: str | Path, n_embd_text: int, *, seed: int = 0,
     w.write_tensors_to_file()
     w.close()
     return out
+
+
+def write_vision_projector(out: str | Path, n_embd_text: int, *, seed: int = 0,
+                           spec: ProjectorSpec = ProjectorSpec()) -> Path:
+    return write_projector(out, n_embd_text, seed=seed, spec=spec)
+
+
+def write_audio_projector(out: str | Path, n_embd_text: int, *, seed: int = 0,
+                          spec: AudioSpec = AudioSpec()) -> Path:
+    return write_projector(out, n_embd_text, vision=False, audio=True, seed=seed,
+                           audio_spec=spec)
 
 
 # ----------------------------------------------------------------------------- LoRA
@@ -272,6 +390,10 @@ def write_all(out_dir: str | Path, base_model: str | Path | None = None) -> dict
     base = read_base_model(base_model or model_path("qwen-0.5b"))
     return {
         "mmproj": write_vision_projector(out_dir / "qwen-0.5b-mmproj-random.gguf", base.n_embd),
+        "mmproj-audio": write_audio_projector(out_dir / "qwen-0.5b-mmproj-audio-random.gguf",
+                                              base.n_embd),
+        "mmproj-vision-audio": write_projector(
+            out_dir / "qwen-0.5b-mmproj-vision-audio-random.gguf", base.n_embd, audio=True),
         "mmproj-mismatch": write_vision_projector(
             out_dir / "mmproj-random-512.gguf", 512, seed=1),
         "lora-a": write_lora_adapter(out_dir / "qwen-0.5b-lora-random-a.gguf", base, seed=1),
