@@ -34,6 +34,7 @@ M: Any = mtmd
 
 PROMPT = "def fibonacci(n):"
 N_GREEDY = 8
+THREADS = 1  # the machine is shared; one thread avoids spinning against others
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +92,7 @@ def mtmd_log() -> Iterator[MtmdLog]:
 def mtmd_params() -> Any:
     p = M.mtmd_context_params_default()
     p.use_gpu = False
-    p.n_threads = 2
+    p.n_threads = THREADS
     p.print_timings = False
     p.warmup = False
     return p
@@ -103,8 +104,8 @@ def new_context(model: Any, n_ctx: int = 512) -> Any:
     p.n_batch = n_ctx
     p.n_ubatch = n_ctx
     p.n_seq_max = 1
-    p.n_threads = 2
-    p.n_threads_batch = 2
+    p.n_threads = THREADS
+    p.n_threads_batch = THREADS
     ctx = L.llama_init_from_model(model, p)
     assert ctx
     return ctx
