@@ -369,3 +369,13 @@ def test_lora_for_another_model_is_refused(model: Any, out_dir: Path, qwen_path:
                               targets=("attn_q",))
     assert not L.llama_adapter_lora_init(model, str(path).encode())
     assert not L.llama_adapter_lora_init(model, str(out_dir / "missing.gguf").encode())
+
+
+def test_f16_lora_on_some_tensors_loads(model: Any, out_dir: Path, qwen_path: str) -> None:
+    base = read_base_model(qwen_path)
+    one_block = type(base)(base.arch, base.n_embd, 1, base.tensor_shapes)
+    path = write_lora_adapter(out_dir / "lora-f16.gguf", one_block, seed=4,
+                              targets=("attn_q", "attn_v"), dtype=np.float16)
+    adapter = L.llama_adapter_lora_init(model, str(path).encode())
+    assert adapter
+    L.llama_adapter_lora_free(adapter)
