@@ -203,6 +203,84 @@ def test_projector_loads_and_encodes_an_image(model: Any, out_dir: Path, n_embd:
         M.mtmd_free(ctx)
 
 
+def decode_chunks_by_hand(ctx: Any, lctx: Any, chunks: Any, n_embd: int) -> np.ndarray:
+    """What a batching engine does instead of mtmd_helper_eval_chunks: text chunks as
+    token batches, media chunks encoded by mtmd and fed as an embedding batch
+    (``llama_batch_init(n, n_embd, 1)``: ``batch.embd`` set, ``batch.token`` unused), each
+    position and sequence id set by the caller. Returns the last position's logits."""
+    pos = 0
+    for i in range(M.mtmd_input_chunks_size(chunks)):
+        chunk = M.mtmd_input_chunks_get(chunks, i)
+        last = i == M.mtmd_input_chunks_size(chunks) - 1
+        if M.mtmd_input_chunk_get_type(chunk) == M.MTMD_INPUT_CHUNK_TYPE_TEXT:
+            n_out = ctypes.c_size_t(0)
+            toks = M.mtmd_input_chunk_get_tokens_text(chunk, ctypes.byref(n_out))
+            n = n_out.value
+            batch = L.llama_batch_init(n, 0, 1)
+            for j in range(n):
+                batch.token[j] = toks[j]
+        else:
+            assert M.mtmd_encode_chunk(ctx, chunk) == 0
+            n = M.mtmd_input_chunk_get_n_tokens(chunk)
+            embd = M.mtmd_get_output_embd(ctx)
+            batch = L.llama_batch_init(n, n_embd, 1)
+            ctypes.memmove(batch.embd, embd, n * n_embd * ctypes.sizeof(ctypes.c_float))
+        try:
+            batch.n_tokens = n
+            for j in range(n):
+                batch.pos[j] = pos + j
+                batch.n_seq_id[j] = 1
+                batch.seq_id[j][0] = 0
+                batch.logits[j] = last and j == n - 1
+            assert L.llama_decode(lctx, batch) == 0
+        finally:
+            L.llama_batch_free(batch)
+        pos += n  # no M-RoPE here: an image advances the position by its token count
+    n_vocab = L.llama_vocab_n_tokens(L.llama_model_get_vocab(L.llama_get_model(lctx)))
+    return np.ctypeslib.as_array(L.llama_get_logits_ith(lctx, -1), shape=(n_vocab,)).copy()
+
+
+def test_image_embeddings_fed_by_hand_match_the_helper(model: Any, out_dir: Path, n_embd: int,
+                                                       mtmd_log: MtmdLog) -> None:
+    path = write_vision_projector(out_dir / "mmproj-hand.gguf", n_embd)
+    ctx = M.mtmd_init_from_file(str(path).encode(), model, mtmd_params())
+    assert ctx, mtmd_log.text
+    lctx = new_context(model)
+    rgb = np.random.default_rng(1).integers(0, 256, (32, 32, 3), dtype=np.uint8)
+    bitmap = M.mtmd_bitmap_init(32, 32, rgb.ctypes.data_as(ctypes.POINTER(ctypes.c_uint8)))
+    text = b"<|im_start|>user\n" + M.mtmd_default_marker() + b"\nWhat is it?<|im_end|>\n"
+    rc, chunks = tokenize_media(ctx, text, [bitmap])
+    try:
+        assert rc == 0
+        assert not M.mtmd_decode_use_non_causal(ctx, M.mtmd_input_chunks_get(chunks, 1))
+        new_n_past = L.llama_pos(0)
+        assert M.mtmd_helper_eval_chunks(ctx, lctx, chunks, 0, 0, 64, True,
+                                         ctypes.byref(new_n_past)) == 0
+        n_vocab = L.llama_vocab_n_tokens(L.llama_model_get_vocab(model))
+        helper = np.ctypeslib.as_array(L.llama_get_logits_ith(lctx, -1), shape=(n_vocab,)).copy()
+        L.llama_memory_clear(L.llama_get_memory(lctx), True)
+        by_hand = decode_chunks_by_hand(ctx, lctx, chunks, n_embd)
+        assert np.isfinite(by_hand).all()
+        assert int(np.argmax(by_hand)) == int(np.argmax(helper))
+        np.testing.assert_allclose(by_hand, helper, rtol=1e-3, atol=1e-3)
+
+        # and the image reaches the model: another image, other logits
+        white = np.full((32, 32, 3), 255, np.uint8)
+        other = M.mtmd_bitmap_init(32, 32, white.ctypes.data_as(ctypes.POINTER(ctypes.c_uint8)))
+        rc, chunks_other = tokenize_media(ctx, text, [other])
+        M.mtmd_bitmap_free(other)
+        assert rc == 0
+        L.llama_memory_clear(L.llama_get_memory(lctx), True)
+        with_other = decode_chunks_by_hand(ctx, lctx, chunks_other, n_embd)
+        M.mtmd_input_chunks_free(chunks_other)
+        assert np.abs(with_other - by_hand).max() > 1e-2
+    finally:
+        M.mtmd_bitmap_free(bitmap)
+        M.mtmd_input_chunks_free(chunks)
+        L.llama_free(lctx)
+        M.mtmd_free(ctx)
+
+
 def test_projector_of_the_wrong_width_is_refused(model: Any, out_dir: Path,
                                                  mtmd_log: MtmdLog) -> None:
     path = write_vision_projector(out_dir / "mmproj-512.gguf", 512, seed=1)
