@@ -13,7 +13,22 @@ test the plumbing (mtmd and llama.cpp's adapter API) against real loaders.
 Projector: LLaVA-style, ``clip.projector_type = "mlp"``: a 2-block ViT (width 32, 2 heads)
 on a 32x32 image in 16x16 patches, then ``mm.0`` (Linear) → GELU → ``mm.2`` (Linear) to the
 text width. llava's graph stops at the second-to-last block (``n_layer - 1``), so block 0
-runs and block 1 is loaded but unused. An image becomes (32/16)² = 4 embeddings.
+runs and block 1 is loaded but unused. Any image (mtmd resizes it) becomes (32/16)² = 4
+embeddings, one position each (no M-RoPE, causal).
+
+Audio: ``clip.projector_type = "ultravox"``: a 1-block whisper encoder on 128 mel bins,
+frames stacked by 4, RMSNorm → Linear → SwiGLU → RMSNorm → Linear to the text width; audio
+at 16 kHz is padded to 30 s windows of 375 embeddings each. ``write_projector(...,
+audio=True)`` puts vision and audio in one file (per-modality projector type keys).
+
+LoRA: ``general.type = "adapter"``, ``adapter.type = "lora"``, ``adapter.lora.alpha``, and
+``blk.N.{attn_q,attn_k,attn_v,attn_output}.weight.lora_a`` / ``.lora_b`` for every block,
+shaped from the base model's own tensors (see ``write_lora_adapter``).
+
+Files written by ``write_all``/``__main__``: ``qwen-0.5b-mmproj-random.gguf`` (vision),
+``qwen-0.5b-mmproj-audio-random.gguf``, ``qwen-0.5b-mmproj-vision-audio-random.gguf``,
+``mmproj-random-512.gguf`` (output width 512: mtmd refuses it for Qwen's 896),
+``qwen-0.5b-lora-random-a.gguf`` / ``-b.gguf`` (seeds 1 and 2).
 """
 
 from __future__ import annotations
