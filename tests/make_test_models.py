@@ -47,7 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fetch_models import cache_dir, model_path
 
 
-def test_models_dir() -> Path:
+def default_out_dir() -> Path:
     return cache_dir() / "test-adapters"
 
 
@@ -421,7 +421,7 @@ def main() -> None:
     ap.add_argument("out_dir", nargs="?", type=Path, default=None)
     ap.add_argument("--base", type=Path, default=None, help="base GGUF (default: Qwen 0.5B)")
     args = ap.parse_args()
-    for name, path in write_all(args.out_dir or test_models_dir(), args.base).items():
+    for name, path in write_all(args.out_dir or default_out_dir(), args.base).items():
         print(f"{name}\t{path}")
 
 

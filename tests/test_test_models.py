@@ -2,8 +2,11 @@
 
 Through the low-level bindings only (no server): the vision projector goes through
 mtmd (init with the real Qwen model, tokenize text + one image, encode the image chunk,
-evaluate the chunks into a llama context), a projector of the wrong width is refused,
-and the LoRA adapters load and change greedy output at scale 1 but not at scale 0.
+evaluate the chunks into a llama context, or feed its embeddings by hand as an engine
+would), the audio encoder too (alone or next to vision), a projector of the wrong width
+and media the projector cannot take are refused, and the LoRA adapters load and change
+greedy output at scale 1 but not at scale 0. These calls are the reference for building
+multimodal input and LoRA into the engine.
 """
 
 from __future__ import annotations
