@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
                                              send_buffer=server.send_buffer_bytes))
     return run(Lifecycle(load_app), host, args.port or server.port, server.log_level,
                server.drain_timeout, http=http, timeout_keep_alive=server.keep_alive_timeout,
-               ws_max_size=4 * server.max_body_bytes)
+               ws_max_size=max(16 << 20, 2 * server.max_body_bytes))
 
 
 if __name__ == "__main__":
