@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     keepalive = server.keepalive_seconds or None  # WebSocket pings, like SSE comments
     return run(Lifecycle(load_app), host, server.port, server.log_level,
                server.drain_timeout, http=http, timeout_keep_alive=server.keep_alive_timeout,
-               ws_max_size=4 * server.max_body_bytes, ws_ping_interval=keepalive,
+               ws_max_size=max(16 << 20, 2 * server.max_body_bytes), ws_ping_interval=keepalive,
                ws_ping_timeout=max(20.0, keepalive or 0))
 
 

@@ -121,23 +121,23 @@ def test_engine_death_in_a_real_process_fails_in_flight_requests_and_exits_1(
                     break
             time.sleep(0.2)
         long = {"prompt": "Count:", "max_tokens": 2000, "ignore_eos": True, "temperature": 0}
-        ws = ws_connect(f"ws://127.0.0.1:{port}/v1/responses")
-        ws.send(json.dumps({"type": "response.create", "input": "Count to 500.",
-                            "max_output_tokens": 2000}))
-        with httpx.stream("POST", f"{url}/v1/completions", json={**long, "stream": True},
-                          timeout=60) as r:
-            lines = r.iter_lines()
-            first = next(line for line in lines if line.startswith("data:"))
-            assert '"text"' in first
-            killed = time.monotonic()
-            trigger.touch()
-            rest = [line for line in lines if line.startswith("data:")]
-        assert time.monotonic() - killed < 5  # failed fast, not at max_tokens
-        assert any('"error"' in line and "engine thread died" in line for line in rest)
-        events = []
-        while not events or events[-1]["type"] not in ("response.failed", "error"):
-            events.append(json.loads(ws.recv(timeout=10)))
-        assert events[-1]["type"] in ("response.failed", "error")
+        with ws_connect(f"ws://127.0.0.1:{port}/v1/responses") as ws:
+            ws.send(json.dumps({"type": "response.create", "input": "Count to 500.",
+                                "max_output_tokens": 2000}))
+            with httpx.stream("POST", f"{url}/v1/completions", json={**long, "stream": True},
+                              timeout=60) as r:
+                lines = r.iter_lines()
+                first = next(line for line in lines if line.startswith("data:"))
+                assert '"text"' in first
+                killed = time.monotonic()
+                trigger.touch()
+                rest = [line for line in lines if line.startswith("data:")]
+            assert time.monotonic() - killed < 5  # failed fast, not at max_tokens
+            assert any('"error"' in line and "engine thread died" in line for line in rest)
+            events = []
+            while not events or events[-1]["type"] not in ("response.failed", "error"):
+                events.append(json.loads(ws.recv(timeout=10)))
+            assert events[-1]["type"] in ("response.failed", "error")
         health = httpx.get(f"{url}/healthz", timeout=10)
         assert health.status_code == 503 and "injected" in health.json()["reason"]
         r2 = httpx.post(f"{url}/v1/completions", json=BODY, timeout=10)
