@@ -11,12 +11,17 @@ namespaces Codex's Linux sandbox needs.
 What is asserted is the protocol, not the wisdom: the turn completes (`turn.completed`, no
 `turn.failed`, no stream error or idle timeout), and for a prompt that asks for a shell command,
 a `command_execution` item ran and the follow-up request carrying its output completed too.
+
+`LLAMASERVE_CODEX_ARGS` adds arguments to `codex exec` when debugging a server, e.g.
+`--disable multi_agent -c web_search='"disabled"'` to take the `namespace` and `web_search`
+tools out; CI never sets it.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import time
@@ -94,7 +99,8 @@ def run_codex(server: ServerProcess, tmp: Path, transport: str,
     started = time.monotonic()
     proc = subprocess.run(
         [codex_binary(), "exec", "--json", "--skip-git-repo-check", "--ephemeral",
-         "--dangerously-bypass-approvals-and-sandbox", "-C", str(work), prompt],
+         "--dangerously-bypass-approvals-and-sandbox", "-C", str(work),
+         *shlex.split(os.environ.get("LLAMASERVE_CODEX_ARGS", "")), prompt],
         env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
         timeout=TURN_TIMEOUT)
     (tmp / "codex.stdout").write_text(proc.stdout)
