@@ -146,9 +146,10 @@ def require_library(module: str) -> Any:
     try:
         return importlib.import_module(module)
     except ImportError:
+        hint = "pip install -e '.[compat]' (in its own venv: see docs/COMPATIBILITY.md)"
         if os.environ.get("CI"):
-            pytest.fail(f"{module} missing: pip install -e '.[test]'")
-        pytest.skip(f"{module} not installed (pip install -e '.[test]')")
+            pytest.fail(f"{module} missing: {hint}", pytrace=False)
+        pytest.skip(f"{module} not installed: {hint}", allow_module_level=True)
 
 
 @pytest.fixture(scope="session")
