@@ -37,7 +37,7 @@ import pytest
 from conftest import COMPAT_MODEL, ServerProcess, qwen_config, start_server
 
 TRANSPORTS = ["sse", "websocket"]
-TURN_TIMEOUT = 900  # s; Codex's own idle timeout (stream_idle_timeout_ms) stays at its default
+TURN_TIMEOUT = 600  # s per codex exec; Codex's own idle timeout (300 s) stays at its default
 # the shell prompt: a command the 0.5B model reliably emits through exec_command
 SHELL_PROMPT = "Run the shell command: echo hello-codex"
 # Codex warns (as an `error` item) that it has no metadata for a model it does not know
