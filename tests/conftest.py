@@ -147,3 +147,41 @@ def qwen_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProc
     server = start_server(qwen_config(), tmp_path_factory.mktemp("qwen"))
     yield server
     server.stop()
+
+
+# --- client-compatibility suite (tests/test_compat_*.py) -------------------------------------
+
+COMPAT_MODEL = "qwen2.5-coder-0.5b-instruct"
+
+
+def require_library(module: str) -> Any:
+    """Import a client library of the compat suite; a missing one fails under CI, else skips."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        hint = "pip install -e '.[compat]' (in its own venv: see docs/COMPATIBILITY.md)"
+        if os.environ.get("CI"):
+            pytest.fail(f"{module} missing: {hint}", pytrace=False)
+        pytest.skip(f"{module} not installed: {hint}", allow_module_level=True)
+
+
+@pytest.fixture(scope="session")
+def compat_qwen(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """One Qwen2.5-Coder-0.5B server for every client library: chat, tools, Responses, and
+    embeddings from the generation model's side context (`embedding: true`)."""
+    server = start_server(qwen_config(n_ctx=8192, embedding=True),
+                          tmp_path_factory.mktemp("compat-qwen"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def compat_minilm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """all-MiniLM-L6-v2: the embedding model the libraries' embedding classes are tested on."""
+    cfg = load_config("all-minilm-l6-v2.json")
+    cfg["model"]["path"] = require_model("minilm")
+    server = start_server(cfg, tmp_path_factory.mktemp("compat-minilm"))
+    yield server
+    server.stop()
