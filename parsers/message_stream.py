@@ -17,10 +17,11 @@ tool call too: small models often answer that way.
 Tool calls stream: a call is announced (a ``CallChunk`` with its name) as soon as
 its name is known, JSON arguments (``{"name": ..., "arguments": {...}}`` blocks)
 follow as the model writes them and are returned exactly as written, and the last
-chunk closes the call. Other forms (XML parameters, bare JSON answers) are
-announced early and their arguments, typed by the tool's schema, come whole at the
-end. Nothing is held back longer than it takes to decide: a marker's length, a
-short run of whitespace, or the head of a bare JSON answer.
+chunk closes the call. XML parameter blocks are announced early and their arguments,
+typed by the tool's schema, come whole at the end. A bare JSON answer is a call only
+if the whole answer is that value. Nothing is held back longer than it takes to
+decide: a marker's length, a short run of whitespace, or one JSON value whose head
+names an offered tool (any other head, or text after the value, is content at once).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ _JSON_HEAD = re.compile(r'\s*\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*'
                         r'"(?:arguments|parameters)"\s*:\s*(?=\{)')
 _XML_HEAD = re.compile(r"\s*<function=([^>\n]{1,256})>")
 _BARE_OPEN = re.compile(r"\s*(?:```(?:json)?\s*)?\[?\s*")
+_VALUE_START = re.compile(r"\s*(?:```(?:json)?\s*)?")
 _FENCE_OPENING = re.compile(r"\s*```[A-Za-z]*")
 _BARE_NAME = re.compile(r'\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)("?)')
 HEAD_LIMIT = 512  # chars of a call block (or a bare JSON answer) searched for a tool name
@@ -153,6 +155,7 @@ class MessageStream:
         self.n_calls = 0
         self.call: CallChunk | None = None  # the announced call being written
         self.args: _Arguments | None = None  # its JSON arguments, streamed as written
+        self.bare: _Arguments | None = None  # a bare JSON answer that names a tool
 
     # -- public -----------------------------------------------------------------------
     def feed(self, text: str) -> MessageDelta:
@@ -180,10 +183,8 @@ class MessageStream:
                     self._whole(out, parsed, complete=parsed is not None)
         elif self.state == self.BARE_JSON:
             calls = self._bare_calls(self.buf)
-            if calls is None and self.call is None:
+            if calls is None:
                 out.content += self.buf
-            elif calls is None:
-                self._whole(out, None, complete=False)
             else:
                 for call in calls:
                     self._whole(out, call, complete=True)
@@ -350,27 +351,43 @@ class MessageStream:
         self.call, self.args = None, None
 
     def _bare_json(self, out: MessageDelta) -> bool:
-        """An answer starting like JSON, with tools offered: held while it may still be a
-        bare call; announced once it names a tool; else released as content."""
-        if self.call is not None:
-            return False  # a call: the rest waits for finish()
-        head = self.buf[_BARE_OPEN.match(self.buf).end():]  # type: ignore[union-attr]
+        """An answer starting like JSON, with tools offered: a call only if the whole answer
+        is one JSON value naming an offered tool. Held while its head may still name a tool
+        and until that value closes; released as content as soon as it cannot be a call
+        (another head, or text after the value)."""
+        start = _BARE_OPEN.match(self.buf).end()  # type: ignore[union-attr]
+        head = self.buf[start:]
         if not head or _FENCE_OPENING.fullmatch(self.buf):
             return False
-        m = _BARE_NAME.match(head) if len(head) <= HEAD_LIMIT else None
-        if m is None and len(head) <= HEAD_LIMIT:
-            maybe = re.sub(r"\s+", "", head[:16])
-            if '{"name":"'.startswith(maybe) and len(maybe) < 9:
-                return False  # the head is still arriving
-        elif m is not None:
-            name = _json_string(m.group(1)) if m.group(2) else None
-            if name is not None and name in self.tools:
-                self._open(out, name)
-                return False
-            if name is None and any(t.startswith(m.group(1)) for t in self.tools):
-                return False  # the name is still arriving
-        self.state, self.started = self.CONTENT, True  # not a call: content as usual
-        return True
+        if self.bare is None:
+            m = _BARE_NAME.match(head) if len(head) <= HEAD_LIMIT else None
+            if m is None and len(head) <= HEAD_LIMIT:
+                maybe = re.sub(r"\s+", "", head[:16])
+                if '{"name":"'.startswith(maybe) and len(maybe) < 9:
+                    return False  # the head is still arriving
+            elif m is not None:
+                name = _json_string(m.group(1)) if m.group(2) else None
+                if name is not None and name in self.tools:
+                    value = _VALUE_START.match(self.buf)
+                    self.bare = _Arguments(value.end() if value else start)
+                elif name is None and any(t.startswith(m.group(1)) for t in self.tools):
+                    return False  # the name is still arriving
+            if self.bare is None:
+                return self._not_a_call()
+        self.bare.scan(self.buf)
+        if self.bare.end is not None:
+            rest = self.buf[self.bare.end:].strip()
+            if rest.startswith("```"):
+                rest = rest[3:].strip()
+            elif "```".startswith(rest):
+                rest = ""  # maybe the closing fence, still arriving
+            if rest:
+                return self._not_a_call()  # text after the value: an answer, not a call
+        return False
+
+    def _not_a_call(self) -> bool:
+        self.state, self.started, self.bare = self.CONTENT, True, None
+        return True  # content as usual, from the start of the buffer
 
     # -- tool calls -----------------------------------------------------------------------
     def _parse_call(self, inner: str, complete: bool) -> ToolCall | None:

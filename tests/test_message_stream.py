@@ -71,6 +71,10 @@ CASES = [
          tools=WEATHER),
     Case("json list answer is content", "qwen2.5-coder-0.5b", "[1, 2] and [3]",
          content="[1, 2] and [3]", tools=WEATHER),
+    Case("bare json call then more text is content", "qwen2.5-coder-0.5b",
+         '{"name": "get_weather", "arguments": {"city": "A"}}\n{"response": "x"}',
+         content='{"name": "get_weather", "arguments": {"city": "A"}}\n{"response": "x"}',
+         tools=WEATHER),
     Case("bare json list of calls", "qwen2.5-coder-0.5b",
          '[{"name": "get_weather", "arguments": {"city": "A"}}, '
          '{"name": "get_weather", "arguments": {"city": "B"}}]',
@@ -222,10 +226,20 @@ def test_a_call_cut_off_is_returned_incomplete() -> None:
     assert (call.name, call.arguments, call.complete) == ("get_weather", '{"city": "Par', False)
 
 
-def test_bare_json_is_announced_or_released_early() -> None:
+def test_bare_json_is_a_call_only_when_it_is_the_whole_answer() -> None:
     s = MessageStream(stream_layout(SCHEMAS["qwen2.5-coder-0.5b"]), tools=WEATHER)
-    d = s.feed('{"name": "get_weather", "arguments": {"city": "Lim')
-    assert [c.name for c in d.calls] == ["get_weather"]
+    assert not s.feed('{"name": "get_weather", "arguments": {"city": "Lim')  # held
+    assert not s.feed('a"}}\n')  # the value closed: a call if nothing follows
+    tail = s.finish()
+    assert [(c.name, json.loads(c.arguments)) for c in tail.tool_calls] == [
+        ("get_weather", {"city": "Lima"})]
+    # a call followed by more text is an answer (the model went on, e.g. with a made-up
+    # result), released as soon as the text after the value arrives
+    s = MessageStream(stream_layout(SCHEMAS["qwen2.5-coder-0.5b"]), tools=WEATHER)
+    s.feed('{"name": "get_weather", "arguments": {"city": "Paris"}}\n')
+    d = s.feed('{"response": "sunny"}')
+    assert d.content.startswith('{"name": "get_weather"') and not s.finish().tool_calls
+    assert not s.message.tool_calls
     s = MessageStream(stream_layout(SCHEMAS["qwen2.5-coder-0.5b"]), tools=WEATHER)
     assert s.feed('{"answer": ').content == '{"answer":'  # not a call: streamed at once
     s = MessageStream(stream_layout(SCHEMAS["qwen2.5-coder-0.5b"]), tools=WEATHER)
