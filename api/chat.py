@@ -68,7 +68,8 @@ async def prepare(state: ServerState, messages: list[dict[str, Any]], rules: Out
     except TemplateError as exc:
         raise APIError(str(exc), param=messages_param, code="template_error") from None
     except (GrammarError, ValueError) as exc:
-        raise invalid(format_param if rules.json_mode else "tools", str(exc)) from None
+        tools = getattr(exc, "tools", False) or not rules.json_mode
+        raise invalid("tools" if tools else format_param, str(exc)) from None
 
 
 def _logprobs_json(runner: Runner, entries: list[TokenLogprob]) -> dict[str, Any]:

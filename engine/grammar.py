@@ -26,7 +26,15 @@ _G: Any = llama_cpp.llama_grammar  # untyped Python module: used through Any
 
 
 class GrammarError(ValueError):
-    """A schema the converter cannot turn into a grammar (a 400 for the request)."""
+    """A schema the converter cannot turn into a grammar (a 400 for the request);
+    ``tools`` tells whether a tool's parameters were the cause (else the response format)."""
+
+    tools = False
+
+
+def _tools_error(exc: GrammarError) -> GrammarError:
+    exc.tools = True
+    return exc
 
 
 @dataclass(frozen=True)
@@ -99,6 +107,13 @@ def _trigger(marker: str) -> str:
 def _call_objects(tools: list[dict[str, Any]]) -> tuple[SchemaSet, Any]:
     """``{"name": <one of tools>, "arguments": <its parameters>}`` with each tool's schema
     localized on its own, so its ``$ref`` s keep pointing into its own definitions."""
+    try:
+        return _calls(tools)
+    except GrammarError as exc:
+        raise _tools_error(exc) from None
+
+
+def _calls(tools: list[dict[str, Any]]) -> tuple[SchemaSet, Any]:
     schemas = SchemaSet()
     calls = []
     for tool, params in zip(tools, tool_parameters(tools), strict=True):
@@ -132,6 +147,14 @@ def tool_call_grammar(tools: list[dict[str, Any]], start: str, end: str, *,
 
 def xml_tool_call_grammar(tools: list[dict[str, Any]], start: str, end: str, *,
                           parallel: bool, lazy: bool) -> Grammar:
+    try:
+        return _xml_grammar(tools, start, end, parallel=parallel, lazy=lazy)
+    except GrammarError as exc:
+        raise _tools_error(exc) from None
+
+
+def _xml_grammar(tools: list[dict[str, Any]], start: str, end: str, *,
+                 parallel: bool, lazy: bool) -> Grammar:
     """Blocks of ``start\n<function=NAME>\n(<parameter=KEY>\nVALUE\n</parameter>\n)*
     </function>\nend``: required parameters in order, optional ones may be left out;
     string values are free text that cannot hold a newline followed by ``<``."""

@@ -39,7 +39,9 @@ from conftest import COMPAT_MODEL, ServerProcess, qwen_config, start_server
 TRANSPORTS = ["sse", "websocket"]
 TURN_TIMEOUT = 600  # s per codex exec; Codex's own idle timeout (300 s) stays at its default
 # the shell prompt: a command the 0.5B model reliably emits through exec_command
-SHELL_PROMPT = "Run the shell command: echo hello-codex"
+# naming the tool: with Codex's full default tool set the 0.5B model otherwise often writes
+# the command as text instead of calling a tool (the model's failure, not the protocol's)
+SHELL_PROMPT = "Use the exec_command tool to run this shell command: echo hello-codex"
 # Codex warns (as an `error` item) that it has no metadata for a model it does not know
 METADATA_WARNING = "Model metadata for"
 # how Codex reports a response that ended `incomplete` (here: at max_output_tokens)

@@ -158,4 +158,6 @@ def test_responses_api_tool_round_trip(compat_qwen: ServerProcess) -> None:
     final = llm.invoke(messages)
     assert isinstance(final, AIMessage) and not final.tool_calls
     assert final.text.strip()
-    assert final.response_metadata.get("status") == "completed"
+    # the 0.5B model may go on past its answer (it echoes the call and a made-up result as
+    # text); cut at max_tokens, the response is then "incomplete", as OpenAI reports it
+    assert final.response_metadata.get("status") in ("completed", "incomplete")

@@ -282,3 +282,15 @@ def test_any_schema_compiles_or_is_a_grammar_error() -> None:
             assert "root ::=" in grammar.text
 
     check()
+
+
+def test_a_grammar_error_says_whether_a_tool_caused_it() -> None:
+    bad = {"properties": {"a": {"$ref": "#/nowhere"}}}
+    with pytest.raises(GrammarError) as tool_err:
+        tool_call_grammar([{"type": "function", "function": {
+            "name": "f", "parameters": bad, "strict": True}}], "<a>", "</a>", parallel=False,
+            lazy=False)
+    assert tool_err.value.tools
+    with pytest.raises(GrammarError) as fmt_err:
+        json_grammar(bad)
+    assert not fmt_err.value.tools
