@@ -177,11 +177,15 @@ def compat_qwen(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProc
     server.stop()
 
 
-@pytest.fixture(scope="session")
-def compat_minilm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    """all-MiniLM-L6-v2: the embedding model the libraries' embedding classes are tested on."""
+def minilm_config(**model: Any) -> dict[str, Any]:
     cfg = load_config("all-minilm-l6-v2.json")
-    cfg["model"]["path"] = require_model("minilm")
-    server = start_server(cfg, tmp_path_factory.mktemp("compat-minilm"))
+    cfg["model"].update(path=require_model("minilm"), **model)
+    return cfg
+
+
+@pytest.fixture(scope="session")
+def minilm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """all-MiniLM-L6-v2: the embedding tests' and the client libraries' embedding model."""
+    server = start_server(minilm_config(), tmp_path_factory.mktemp("minilm"))
     yield server
     server.stop()

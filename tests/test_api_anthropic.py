@@ -13,6 +13,7 @@ import pytest
 from openai import OpenAI
 
 from conftest import ServerProcess, qwen_config, start_server, thinking_qwen_config
+from named_sse import named_events
 
 WEATHER: list[Any] = [{"name": "get_weather", "description": "Get the current weather for a city",
                        "input_schema": {"type": "object", "properties": {
@@ -49,19 +50,10 @@ def test_streamed_text_joins_to_the_final_message(client: anthropic.Anthropic) -
 
 
 def test_raw_stream_follows_anthropics_event_sequence(qwen_server: ServerProcess) -> None:
-    events = []
-    with httpx.stream("POST", f"{qwen_server.url}/v1/messages", timeout=120, json={
-            "model": "x", "max_tokens": 40, "temperature": 0, "stream": True, "tools": WEATHER,
-            "messages": [{"role": "user", "content": "What is the weather in Paris?"}]}) as r:
-        name = None
-        for line in r.iter_lines():
-            if line.startswith("event: "):
-                name = line[7:]
-            elif line.startswith("data: "):
-                event = json.loads(line[6:])
-                assert event["type"] == name
-                if name != "ping":
-                    events.append(event)
+    events = [e for e in named_events(f"{qwen_server.url}/v1/messages", {
+        "model": "x", "max_tokens": 40, "temperature": 0, "stream": True, "tools": WEATHER,
+        "messages": [{"role": "user", "content": "What is the weather in Paris?"}]})
+        if e["type"] != "ping"]
     kinds = [e["type"] for e in events]
     assert kinds[0] == "message_start" and kinds[-2:] == ["message_delta", "message_stop"]
     open_index = None

@@ -5,7 +5,6 @@ from __future__ import annotations
 import base64
 import json
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,18 +14,14 @@ import openai
 import pytest
 from openai import OpenAI
 
-from conftest import ROOT, ServerProcess, load_config, qwen_config, require_model, start_server
+from conftest import ROOT, ServerProcess, minilm_config, qwen_config, start_server
 
 REFERENCE = json.loads((ROOT / "tests" / "fixtures" / "minilm_reference.json").read_text())
 
 
 @pytest.fixture(scope="module")
-def minilm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    cfg = load_config("all-minilm-l6-v2.json")
-    cfg["model"]["path"] = require_model("minilm")
-    server = start_server(cfg, tmp_path_factory.mktemp("minilm"))
-    yield server
-    server.stop()
+def minilm(minilm_server: ServerProcess) -> ServerProcess:
+    return minilm_server
 
 
 @pytest.fixture(scope="module")
@@ -173,8 +168,7 @@ def test_generation_model_serves_embeddings_without_losing_its_cache(tmp_path: P
 def test_reject_token_id_inputs_refuses_ids_and_keeps_text(tmp_path: Path) -> None:
     """LangChain's OpenAIEmbeddings sends tiktoken ids by default; an embedding server
     that only expects text can refuse them instead of embedding the wrong tokens."""
-    cfg = load_config("all-minilm-l6-v2.json")
-    cfg["model"].update(path=require_model("minilm"), reject_token_id_inputs=True)
+    cfg = minilm_config(reject_token_id_inputs=True)
     server = start_server(cfg, tmp_path)
     try:
         for ids in ([101, 7592, 102], [[101, 7592, 102]]):

@@ -15,6 +15,7 @@ from openai import OpenAI
 from websockets.sync.client import connect
 
 from conftest import ServerProcess, qwen_config, start_server, thinking_qwen_config
+from named_sse import named_events
 from responses_protocol import check_events
 
 WEATHER: list[Any] = [{"type": "function", "name": "get_weather",
@@ -51,19 +52,7 @@ def test_create_returns_a_response_object(client: OpenAI) -> None:
 
 
 def sse_events(server: ServerProcess, body: dict[str, Any]) -> list[dict[str, Any]]:
-    events = []
-    with httpx.stream("POST", f"{server.base_url}/responses", json={**body, "stream": True},
-                      timeout=120) as r:
-        assert r.status_code == 200
-        name = None
-        for line in r.iter_lines():
-            if line.startswith("event: "):
-                name = line[7:]
-            elif line.startswith("data: "):
-                event = json.loads(line[6:])
-                assert event["type"] == name  # the event: line names the data's type
-                events.append(event)
-    return events
+    return named_events(f"{server.base_url}/responses", {**body, "stream": True})
 
 
 def test_stream_event_order_and_text(server: ServerProcess, client: OpenAI) -> None:

@@ -116,8 +116,8 @@ def test_with_structured_output_dict_schema(compat_qwen: ServerProcess) -> None:
     Person.model_validate(out)
 
 
-def test_embeddings_match_sentence_transformers(compat_minilm: ServerProcess) -> None:
-    emb = OpenAIEmbeddings(base_url=compat_minilm.base_url, api_key="unused",  # type: ignore[arg-type]
+def test_embeddings_match_sentence_transformers(minilm_server: ServerProcess) -> None:
+    emb = OpenAIEmbeddings(base_url=minilm_server.base_url, api_key="unused",  # type: ignore[arg-type]
                            model="all-minilm-l6-v2", check_embedding_ctx_length=False,
                            max_retries=0)
     docs = emb.embed_documents(REFERENCE["sentences"])

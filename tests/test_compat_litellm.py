@@ -60,9 +60,9 @@ def test_tool_call(compat_qwen: ServerProcess) -> None:
     assert isinstance(json.loads(call.function.arguments)["city"], str)
 
 
-def test_embedding_matches_sentence_transformers(compat_minilm: ServerProcess) -> None:
+def test_embedding_matches_sentence_transformers(minilm_server: ServerProcess) -> None:
     r = litellm.embedding(model="openai/all-minilm-l6-v2", input=REFERENCE["sentences"][:4],
-                          **kw(compat_minilm))
+                          **kw(minilm_server))
     assert len(r.data) == 4
     for d, ref in zip(r.data, REFERENCE["vectors"][:4], strict=True):
         assert float(np.array(d["embedding"]) @ np.array(ref)) >= 0.99

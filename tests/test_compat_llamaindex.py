@@ -87,8 +87,8 @@ def test_structured_predict_nested_model(compat_qwen: ServerProcess) -> None:
     check_order(out)
 
 
-def test_embedding_matches_sentence_transformers(compat_minilm: ServerProcess) -> None:
-    emb = OpenAIEmbedding(model_name="all-minilm-l6-v2", api_base=compat_minilm.base_url,
+def test_embedding_matches_sentence_transformers(minilm_server: ServerProcess) -> None:
+    emb = OpenAIEmbedding(model_name="all-minilm-l6-v2", api_base=minilm_server.base_url,
                           api_key="unused", max_retries=0)
     vectors = emb.get_text_embedding_batch(REFERENCE["sentences"][:4])
     for v, ref in zip(vectors, REFERENCE["vectors"][:4], strict=True):
