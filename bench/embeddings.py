@@ -4,7 +4,7 @@
   16 x 16   16 requests of 16 sentences
   256 x 1   256 requests of one sentence
 
-on all-MiniLM-L6-v2 (GGUF made by tests/fetch_models.py), for llamaserve and, with
+on all-MiniLM-L6-v2 (GGUF made by llamaserve pull), for llamaserve and, with
 ``--llama-server``, llama.cpp's llama-server (``--embedding``) on the same file, one
 server at a time. Prints one table; the last column is llamaserve / llama-server.
 

@@ -27,8 +27,8 @@ def require_model(name: str) -> str:
     path = model_path(name)
     if not path.exists():
         if os.environ.get("CI"):
-            pytest.fail(f"model {name} missing: run python tests/fetch_models.py")
-        pytest.skip(f"model {name} not fetched (python tests/fetch_models.py {name})")
+            pytest.fail(f"model {name} missing: run llamaserve pull")
+        pytest.skip(f"model {name} not fetched (llamaserve pull {name})")
     return str(path)
 
 

@@ -1,11 +1,11 @@
 """Compute the reference vectors for tests/fixtures/minilm_reference.json, once.
 
 Runs sentence-transformers (torch) on the same all-MiniLM-L6-v2 weights that
-tests/convert_bert.py turns into a GGUF. Not part of the test run (the suite needs
+engine/bert_to_gguf.py turns into a GGUF. Not part of the test run (the suite needs
 neither torch nor sentence-transformers); run it in a side environment:
 
     python -m venv /tmp/st && /tmp/st/bin/pip install torch sentence-transformers
-    python tests/fetch_models.py minilm   # leaves the safetensors dir in the model cache
+    llamaserve pull minilm   # leaves the safetensors dir in the model cache
     /tmp/st/bin/python tests/make_embedding_reference.py
 """
 
