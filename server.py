@@ -108,7 +108,8 @@ def main(argv: list[str] | None = None) -> int:
     from api.app import build_app
     from api.lifecycle import Lifecycle, run
     from engine.core import Engine
-    from engine.model_source import ModelSourceError, resolve
+    from engine.media.projector import ProjectorError
+    from engine.model_source import ModelSourceError, resolve, resolve_file
     from engine.runner import ModelLoadError, Runner
 
     def load_app() -> Starlette:
@@ -119,11 +120,17 @@ def main(argv: list[str] | None = None) -> int:
                 draft_path = resolve(dataclasses.replace(
                     config.model, path=config.model.draft_model_path,
                     from_pretrained=config.model.draft_model_from_pretrained))
+            mtmd = config.model.mtmd
+            mmproj_path = None if mtmd is None else resolve_file(
+                mtmd.mmproj_path, mtmd.mmproj_from_pretrained, "model.mtmd.mmproj_path")
+            lora_paths = {x.name: resolve_file(x.path, x.from_pretrained, "model.loras")
+                          for x in config.model.loras}
             runner = Runner(path, config.model)
             engine = Engine(runner, config.model, disk_cache=config.disk_cache,
-                            draft_path=draft_path)
+                            draft_path=draft_path, mmproj_path=mmproj_path,
+                            lora_paths=lora_paths)
             return build_app(config, engine, manage_engine=False)
-        except (ModelSourceError, ModelLoadError, ValueError, OSError) as exc:
+        except (ModelSourceError, ModelLoadError, ProjectorError, ValueError, OSError) as exc:
             raise RuntimeError(str(exc)) from exc
 
     from api.connections import ConnectionLimits, guarded_protocol

@@ -76,7 +76,9 @@ async def _start(request: Request) -> tuple[ServerState, MessagesRequest, list[d
     body = Body(await read_json(request, state.body_limits))
     state.require_chat()
     req = parse_messages_request(body, count_only=request.url.path.endswith("count_tokens"))
-    messages = parse_messages(Body({"messages": req.messages}))  # as chat renders them
+    media = state.media_refs()
+    messages = parse_messages(Body({"messages": req.messages}), media)  # as chat renders them
+    request.state.media = media
     return state, req, messages, Body({**req.chat_body, "messages": messages})
 
 
@@ -146,8 +148,9 @@ async def create_message(request: Request) -> Response:
     rules = parse_rules(cbody)
     params = sampling(cbody, n_vocab=state.runner.n_vocab)
     prep = await prepare(state, messages, rules, req.extra, params, messages_param="messages",
-                         format_param="tools")
-    gen = state.client.generate([prep.prompt], prep.params, 1, param="messages")
+                         format_param="tools", media=request.state.media)
+    gen = state.client.generate([prep.prompt], prep.params, 1, param="messages",
+                                media=prep.media, adapters=state.adapters(cbody))
     msg_id = "msg_" + secrets.token_hex(12)
     head = {"id": msg_id, "type": "message", "role": "assistant", "model": state.model_name}
 

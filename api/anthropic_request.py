@@ -53,6 +53,20 @@ def _text(block: dict[str, Any], where: str) -> str:
     raise invalid(where, f"content block type {kind!r} is not allowed here")
 
 
+def _image_url(block: dict[str, Any]) -> str | None:
+    """An image block's source as a URL (base64 as a data: URL); None if it has none."""
+    source = block.get("source")
+    if not isinstance(source, dict):
+        return None
+    if source.get("type") == "base64" and isinstance(source.get("data"), str):
+        media_type = source.get("media_type")
+        return f"data:{media_type if isinstance(media_type, str) else 'image/png'};base64," \
+            f"{source['data']}"
+    if source.get("type") == "url" and isinstance(source.get("url"), str):
+        return str(source["url"])
+    return None
+
+
 def _tool_result(block: dict[str, Any], where: str) -> dict[str, Any]:
     content = block.get("content", "")
     text = content if isinstance(content, str) else "\n".join(
@@ -69,6 +83,7 @@ def _turn(i: int, message: Any) -> list[dict[str, Any]]:
         raise invalid(f"{where}.role", "each message needs a 'role' of 'user' or 'assistant'")
     role = message["role"]
     texts: list[str] = []
+    parts: list[dict[str, Any]] = []  # user text and images as chat content parts
     out: list[dict[str, Any]] = []
     calls: list[dict[str, Any]] = []
     thinking: list[str] = []
@@ -87,10 +102,16 @@ def _turn(i: int, message: Any) -> list[dict[str, Any]]:
         elif kind in ("thinking", "redacted_thinking") and role == "assistant":
             if isinstance(block.get("thinking"), str) and block["thinking"]:
                 thinking.append(block["thinking"])
+        elif kind == "image" and role == "user" and _image_url(block) is not None:
+            parts.append({"type": "image_url", "image_url": {"url": _image_url(block)},
+                          "_where": f"{at}.source"})
         else:
             texts.append(_text(block, at))
+            parts.append({"type": "text", "text": texts[-1]})
     if role == "user":
-        if texts or not out:
+        if len(parts) > len(texts):  # images: chat parts, each in its place
+            out.append({"role": "user", "content": parts})
+        elif texts or not out:
             out.append({"role": "user", "content": "\n".join(texts)})
         return out
     turn: dict[str, Any] = {"role": "assistant", "content": "\n".join(texts) or None}
@@ -175,6 +196,9 @@ def parse_messages_request(body: Body, *, count_only: bool = False) -> MessagesR
             if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
                 raise invalid("stop_sequences", "'stop_sequences' must be a list of strings")
             chat["stop"] = stops
+    for name in ("model", "lora"):  # which LoRA adapters (api.lora)
+        if data.get(name) is not None:
+            chat[name] = data[name]
     tools = _tools(data.get("tools"))
     if tools:
         chat["tools"] = tools

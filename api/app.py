@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import AsyncIterator
+from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
@@ -23,6 +24,7 @@ from api.engine_client import EngineClient
 from api.errors import APIError, api_error_handler, http_error_handler, unhandled_error_handler
 from api.gate import Gate, HttpMetrics
 from api.infill import infill
+from api.lora import adapter_scale
 from api.playground import playground
 from api.reasoning_seal import ReasoningSeal
 from api.response_store import ResponseStore
@@ -62,11 +64,24 @@ def marker_tokens(runner: Runner, layout: StreamLayout) -> frozenset[int]:
 
 async def list_models(request: Request) -> Response:
     state: ServerState = request.app.state.llama
-    return JSONResponse({"object": "list", "data": [{
-        "id": state.model_name, "object": "model", "created": state.created,
-        "owned_by": "llamaserve", "meta": {"n_ctx": state.runner.n_ctx,
-                                           "n_ctx_seq": state.runner.n_ctx_seq,
-                                           "n_seq_max": state.runner.n_seq_max}}]})
+    runner = state.runner
+    meta: dict[str, Any] = {"n_ctx": runner.n_ctx, "n_ctx_seq": runner.n_ctx_seq,
+                            "n_seq_max": runner.n_seq_max}
+    if state.projector is not None:
+        meta["input_modalities"] = ["text", *(["image"] if state.projector.vision else []),
+                                    *(["audio"] if state.projector.audio else [])]
+    loaded = [x for x in state.config.model.loras if x.name in runner.adapters]
+    if loaded:
+        meta["lora"] = [{"id": i, "name": x.name, "scale": x.scale}
+                        for i, x in enumerate(loaded)]
+    data = [{"id": state.model_name, "object": "model", "created": state.created,
+             "owned_by": "llamaserve", "meta": meta}]
+    # one entry per adapter, as vLLM lists them: naming it as the model applies it
+    data += [{"id": x.name, "object": "model", "created": state.created,
+              "owned_by": "llamaserve", "root": state.model_name, "parent": state.model_name,
+              "meta": {"lora": {"id": i, "scale": adapter_scale(x)}}}
+             for i, x in enumerate(loaded)]
+    return JSONResponse({"object": "list", "data": data})
 
 
 async def healthz(request: Request) -> Response:

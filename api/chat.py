@@ -12,6 +12,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from api.errors import APIError, invalid
+from api.media import MediaRefs
+from api.media import load as load_media
+from api.media import tokenize as tokenize_media
 from api.messages import parse_messages, render
 from api.params import Body, read_json, sampling
 from api.state import ServerState, new_id
@@ -28,11 +31,15 @@ from api.streaming import (
 )
 from api.tools import OutputRules, build_grammar, parse_rules
 from engine.grammar import GrammarError
+from engine.media.projector import MediaInput, Projector
+from engine.media.spans import MediaSpan
 from engine.request import SamplingParams, TokenLogprob
 from engine.runner import Runner
 from parsers.chat_template import ChatTemplate, TemplateError
 from parsers.message_stream import MessageDelta, MessageStream, ToolCall
 from parsers.response_schema import StreamLayout
+
+_Media = tuple[Projector, MediaRefs, list[MediaInput]]
 
 
 @dataclass(frozen=True)
@@ -40,13 +47,21 @@ class Prepared:
     prompt: list[int]
     params: SamplingParams
     in_reasoning: bool  # the template opened a reasoning block in the prompt
+    media: tuple[MediaSpan, ...] = ()
 
 
 def _prepare(runner: Runner, template: ChatTemplate, layout: StreamLayout,
              messages: list[dict[str, Any]], rules: OutputRules, extra: dict[str, Any],
-             params: SamplingParams) -> Prepared:
+             params: SamplingParams, media: _Media | None = None) -> Prepared:
     """Render, tokenize and build the grammar: the blocking part, on the prepare pool."""
     text, tokens = render(runner, template, messages, rules.tools or None, extra)
+    spans: tuple[MediaSpan, ...] = ()
+    if media is not None:
+        projector, refs, inputs = media
+        bos = runner.special_token_text("bos")
+        add_bos = runner.adds_bos and bool(bos) and not text.startswith(bos)
+        mp = tokenize_media(projector, refs, inputs, text, add_bos)
+        tokens, spans = mp.tokens, mp.media
     opener = layout.reasoning_start
     in_reasoning = bool(opener and layout.reasoning_end and text.rstrip().endswith(opener))
     grammar = build_grammar(rules, layout, in_reasoning)
@@ -54,17 +69,22 @@ def _prepare(runner: Runner, template: ChatTemplate, layout: StreamLayout,
         params = dataclasses.replace(params, grammar=grammar.text,
                                      grammar_triggers=grammar.lazy_patterns)
         runner.check_grammar(params)
-    return Prepared(tokens, params, in_reasoning)
+    return Prepared(tokens, params, in_reasoning, spans)
 
 
 async def prepare(state: ServerState, messages: list[dict[str, Any]], rules: OutputRules,
                   extra: dict[str, Any], params: SamplingParams, *, messages_param: str,
-                  format_param: str) -> Prepared:
-    """``_prepare`` on the pool; template and grammar problems become 400s naming the
-    request's own fields (chat and Responses name them differently)."""
+                  format_param: str, media: MediaRefs | None = None) -> Prepared:
+    """Load the request's media, then ``_prepare`` on the pool; template and grammar
+    problems become 400s naming the request's own fields (chat and Responses name them
+    differently)."""
+    loaded: _Media | None = None
+    if media is not None and media.refs:
+        assert state.projector is not None and state.media_policy is not None
+        loaded = (state.projector, media, await load_media(media, state.media_policy))
     try:
         return await state.client.run(_prepare, state.runner, state.template, state.layout,
-                                      messages, rules, extra, params)
+                                      messages, rules, extra, params, loaded)
     except TemplateError as exc:
         raise APIError(str(exc), param=messages_param, code="template_error") from None
     except (GrammarError, ValueError) as exc:
@@ -104,7 +124,8 @@ async def create_chat_completion(request: Request) -> Response:
     state: ServerState = request.app.state.llama
     body = Body(await read_json(request, state.body_limits))
     state.require_chat()
-    messages = parse_messages(body)
+    media = state.media_refs()
+    messages = parse_messages(body, media)
     n = body.integer("n", 1, 1, state.max_n) or 1
     stream = body.boolean("stream", False)
     want_logprobs = body.boolean("logprobs", False)
@@ -120,8 +141,9 @@ async def create_chat_completion(request: Request) -> Response:
                       max_tokens_field="max_completion_tokens",
                       logprobs=(top or 0) if want_logprobs else None)
     prep = await prepare(state, messages, rules, extra, params, messages_param="messages",
-                         format_param="response_format")
-    gen = state.client.generate([prep.prompt], prep.params, n, param="messages")
+                         format_param="response_format", media=media)
+    gen = state.client.generate([prep.prompt], prep.params, n, param="messages",
+                                media=prep.media, adapters=state.adapters(body))
     cid, created = new_id("chatcmpl"), int(time.time())
     base = {"id": cid, "object": "chat.completion.chunk", "created": created,
             "model": state.model_name}

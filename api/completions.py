@@ -115,7 +115,8 @@ async def create_completion(request: Request) -> Response:
                      for p in prompts]
     else:
         tokenized = await state.client.run(_tokenize_all, state.runner, prompts)
-    gen = state.client.generate([t for t, _ in tokenized], params, n, param="prompt")
+    gen = state.client.generate([t for t, _ in tokenized], params, n, param="prompt",
+                                adapters=state.adapters(body))
     echoes = [text if echo else "" for _, text in tokenized]
     cid, created = new_id("cmpl"), int(time.time())
     base = {"id": cid, "object": "text_completion", "created": created, "model": state.model_name}

@@ -21,6 +21,7 @@ from api.errors import APIError
 from api.params import choice_seed
 from engine.core import ContextLengthExceeded, Engine
 from engine.embedding import EmbedJob
+from engine.media.spans import MediaSpan
 from engine.request import Delta, EngineError, Request, SamplingParams, Status
 
 T = TypeVar("T")
@@ -111,7 +112,8 @@ class EngineClient:
         return await loop.run_in_executor(self.executor, fn, *args)
 
     def generate(self, prompts: Sequence[list[int]], params: SamplingParams, n: int,
-                 param: str = "prompt") -> Generation:
+                 param: str = "prompt", media: tuple[MediaSpan, ...] = (),
+                 adapters: tuple[tuple[str, float], ...] = ()) -> Generation:
         """Admission-check and submit every (prompt, choice); all or nothing."""
         count = len(prompts) * n
         if self.outstanding + count > self.max_outstanding:
@@ -133,7 +135,8 @@ class EngineClient:
                 choice = dataclasses.replace(params, seed=choice_seed(params.seed, i))
                 requests.append(Request(prompt=prompt, params=choice, max_new_tokens=max_new,
                                         consumer=queue, index=p_index * n + i,
-                                        deadline=deadline))
+                                        deadline=deadline, adapters=adapters,
+                                        media=tuple(s.fresh() for s in media)))
         self.outstanding += len(requests)
         try:
             for r in requests:

@@ -55,8 +55,8 @@ def anthropic_error(status: int, message: str) -> dict[str, object]:
     return {"type": "error", "error": {"type": kind, "message": message}}
 
 
-def invalid(param: str, message: str) -> APIError:
-    return APIError(message, param=param, code="invalid_value")
+def invalid(param: str, message: str, code: str = "invalid_value") -> APIError:
+    return APIError(message, param=param, code=code)
 
 
 async def api_error_handler(request: Request, exc: Exception) -> Response:

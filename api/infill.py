@@ -135,7 +135,8 @@ async def infill(request: Request) -> Response:
     fim = fim_tokens_or_400(state.runner, "input_prefix")
     prompt = await state.client.run(fim_prompt, state.runner, fim, inp,
                                     _room(state, params.max_tokens))
-    gen = state.client.generate([prompt], params, 1, param="input_prefix")
+    gen = state.client.generate([prompt], params, 1, param="input_prefix",
+                                adapters=state.adapters(body))
     started = time.monotonic()
     prompt_text = await state.client.run(state.runner.detokenize, prompt, True)
 

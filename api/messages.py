@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from api.body import BodyLimits, decode
 from api.errors import APIError, invalid
 from api.params import Body
+
+if TYPE_CHECKING:
+    from api.media import MediaRefs
 from engine.runner import Runner
 from parsers.chat_template import ChatTemplate
 
@@ -16,12 +19,13 @@ MAX_MESSAGES = 4096
 
 TEXT_PARTS = ("text", "input_text", "output_text", "summary_text", "reasoning_text")
 MEDIA_PARTS = {"image_url": "image", "input_image": "image", "input_audio": "audio",
-               "file": "file", "input_file": "file"}
+               "audio_url": "audio", "file": "file", "input_file": "file"}
 
 
-def part_text(part: Any, where: str) -> str:
-    """One content part of any API (chat, Responses) as prompt text. Media without a
-    projector become a short placeholder naming what was left out, never a 400."""
+def part_text(part: Any, where: str, media: MediaRefs | None = None) -> str:
+    """One content part of any API (chat, Responses) as prompt text. With ``media`` (the
+    model has a projector), images and audio become this request's markers; otherwise
+    media become a short placeholder naming what was left out, never a 400."""
     if not isinstance(part, dict) or not isinstance(part.get("type"), str):
         raise invalid(where, "content parts must be objects with a 'type'")
     kind = part["type"]
@@ -31,6 +35,10 @@ def part_text(part: Any, where: str) -> str:
         return str(part["text"])
     if kind == "refusal":
         return str(part.get("refusal") or "")
+    if media is not None:
+        marker = media.add(part, where)
+        if marker is not None:
+            return marker
     if kind in MEDIA_PARTS:
         name = part.get("filename") or (part.get("file") or {}).get("filename") \
             if isinstance(part.get("file", {}), dict) else None
@@ -39,20 +47,27 @@ def part_text(part: Any, where: str) -> str:
     raise invalid(where, f"content part type {kind!r} is not supported")
 
 
-def content_text(content: Any, where: str) -> str:
+def content_text(content: Any, where: str, media: MediaRefs | None = None) -> str:
     """A string, or a list of parts joined by newlines."""
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return "\n".join(part_text(p, f"{where}[{i}]") for i, p in enumerate(content))
+        return "\n".join(part_text(p, f"{where}[{i}]", media) for i, p in enumerate(content))
     raise invalid(where, "'content' must be a string or a list of parts")
 
 
-def _content(message: dict[str, Any], where: str) -> str | None:
+def has_media(content: Any) -> bool:
+    """Whether a list of content parts holds an image or audio part."""
+    return isinstance(content, list) and any(
+        isinstance(p, dict) and MEDIA_PARTS.get(str(p.get("type"))) in ("image", "audio")
+        for p in content)
+
+
+def _content(message: dict[str, Any], where: str, media: MediaRefs | None) -> str | None:
     content = message.get("content")
     if content is None:
         return None
-    return content_text(content, f"{where}.content")
+    return content_text(content, f"{where}.content", media)
 
 
 def _tool_calls(calls: Any, where: str) -> list[dict[str, Any]]:
@@ -78,7 +93,7 @@ def _tool_calls(calls: Any, where: str) -> list[dict[str, Any]]:
     return out
 
 
-def parse_messages(body: Body) -> list[dict[str, Any]]:
+def parse_messages(body: Body, media: MediaRefs | None = None) -> list[dict[str, Any]]:
     raw = body.data.get("messages")
     if not isinstance(raw, list) or not raw:
         raise invalid("messages", "'messages' must be a non-empty list")
@@ -92,7 +107,7 @@ def parse_messages(body: Body) -> list[dict[str, Any]]:
         role = m.get("role")
         if role not in ROLES:
             raise invalid(f"{where}.role", f"unknown role {role!r}")
-        message = {**m, "content": _content(m, where)}
+        message = {**m, "content": _content(m, where, media)}
         if m.get("tool_calls"):
             message["tool_calls"] = _tool_calls(m["tool_calls"], where)
         elif message["content"] is None:

@@ -47,18 +47,20 @@ class ResponseRun:
                     else []) + self.base
         if not messages:
             raise invalid("input", "the conversation is empty")
-        messages = parse_messages(Body({"messages": messages}))  # as chat renders them
+        media = state.media_refs()
+        messages = parse_messages(Body({"messages": messages}), media)  # as chat renders them
         body = Body({**req.chat_body, "messages": messages})
         rules = parse_rules(body)
         params = sampling(body, n_vocab=state.runner.n_vocab)
         extra = {"reasoning_effort": body.data["reasoning_effort"]} \
             if "reasoning_effort" in body.data else {}
         prep = await prepare(state, messages, rules, extra, params, messages_param="input",
-                             format_param="text.format")
+                             format_param="text.format", media=media)
         if not req.generate:  # warm the prefix: prefill, one token, nothing reported
             prep = dataclasses.replace(prep, params=dataclasses.replace(
                 prep.params, max_tokens=1, grammar=None, grammar_triggers=()))
-        gen = self.gen = state.client.generate([prep.prompt], prep.params, 1, param="input")
+        gen = self.gen = state.client.generate([prep.prompt], prep.params, 1, param="input",
+                                               media=prep.media, adapters=state.adapters(body))
         parser = MessageStream(state.layout, in_reasoning=prep.in_reasoning, tools=rules.tools)
         for event in self.builder.start():
             yield event

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from api.errors import invalid
-from api.messages import content_text
+from api.messages import content_text, has_media
 from api.params import Body
 
 HOSTED_TOOLS = {"web_search", "web_search_preview", "web_search_preview_2025_03_11",
@@ -128,8 +128,14 @@ class _Items:
             role = item.get("role")
             if role not in ("user", "system", "developer", "assistant"):
                 raise invalid(f"{where}.role", f"unknown role {role!r}")
-            message = {"role": role, "content": content_text(item.get("content"),
-                                                             f"{where}.content")}
+            content = item.get("content")
+            if role != "assistant" and isinstance(content, list) and has_media(content):
+                # parts stay parts, each image or audio in its place
+                content = [dict(p, _where=f"{where}.content[{j}]") if isinstance(p, dict)
+                           else p for j, p in enumerate(content)]
+            else:
+                content = content_text(content, f"{where}.content")
+            message = {"role": role, "content": content}
             if role == "assistant":
                 self.assistant(message)
             else:
@@ -298,7 +304,8 @@ def parse_request(body: Body, open_reasoning: Opener | None = None) -> ResponseR
     for src, dst in (("temperature", "temperature"), ("top_p", "top_p"),
                      ("max_output_tokens", "max_tokens"), ("parallel_tool_calls",
                                                            "parallel_tool_calls"),
-                     ("seed", "seed"), ("top_k", "top_k"), ("min_p", "min_p")):
+                     ("seed", "seed"), ("top_k", "top_k"), ("min_p", "min_p"),
+                     ("model", "model"), ("lora", "lora")):
         if data.get(src) is not None:
             chat[dst] = data[src]
     tools, offered = _tools(data.get("tools"))

@@ -10,9 +10,14 @@ from api.body import BodyLimits
 from api.engine_client import EngineClient
 from api.errors import APIError
 from api.gate import GateState
+from api.lora import Adapters, request_adapters
+from api.media import MediaRefs, media_policy
+from api.media_fetch import MediaPolicy
+from api.params import Body
 from api.reasoning_seal import ReasoningSeal
 from api.response_store import ResponseStore
 from engine.config import Config
+from engine.media.projector import Projector
 from engine.runner import Runner
 from parsers.chat_template import ChatTemplate
 from parsers.response_schema import StreamLayout
@@ -33,6 +38,29 @@ class ServerState:
     @property
     def runner(self) -> Runner:
         return self.client.engine.runner
+
+    @property
+    def projector(self) -> Projector | None:
+        return self.client.engine.projector
+
+    @property
+    def media_policy(self) -> MediaPolicy | None:
+        mtmd = self.config.model.mtmd
+        return None if mtmd is None else media_policy(mtmd)
+
+    def adapters(self, body: Body) -> Adapters:
+        """The LoRA set a request runs under (``api.lora``); 400 for an unknown one."""
+        engine = self.client.engine
+        loaded = [x for x in self.config.model.loras if x.name in engine.runner.adapters]
+        return request_adapters(body, loaded, engine.default_adapters)
+
+    def media_refs(self) -> MediaRefs | None:
+        """A collector for one request's images and audio (None: no projector, media parts
+        become placeholders)."""
+        mtmd = self.config.model.mtmd
+        if self.projector is None or mtmd is None:
+            return None
+        return MediaRefs(mtmd.max_media_per_request)
 
     def require_generative(self) -> None:
         """An embedding-only model cannot complete text: a 400 for chat/completions."""

@@ -6,6 +6,7 @@ Validation runs against ``config.schema.json``; every problem is reported as a
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 from dataclasses import dataclass, field
@@ -15,10 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
-
-# Fields the schema accepts (so the example server's configs load) but that this
-# version does not implement yet. Setting one is a clear start-up error.
-NOT_SUPPORTED_YET = ("loras", "mtmd")
 
 
 class ConfigError(ValueError):
@@ -79,6 +76,41 @@ class CorsConfig:
 
 
 @dataclass(frozen=True)
+class EmbeddingCacheConfig:
+    path: str
+    max_bytes: int = 1 << 30
+
+
+@dataclass(frozen=True)
+class MtmdConfig:
+    """``model.mtmd``: a multimodal projector and how media are loaded."""
+
+    mmproj_path: str | None = None
+    mmproj_from_pretrained: FromPretrained | None = None
+    embedding_cache: EmbeddingCacheConfig | None = None
+    memory_cache_bytes: int = 256 * 1024 * 1024
+    image_max_bytes: int = 20 * 1024 * 1024
+    audio_max_bytes: int = 100 * 1024 * 1024
+    image_timeout_seconds: float = 10.0
+    allowed_media_domains: tuple[str, ...] | None = None  # exact host names; None = any
+    allowed_local_media_path: str | None = None  # file: URLs only below this root
+    allow_private_media_addresses: bool = False  # loopback / private hosts (trusted networks)
+    allowed_private_media_networks: tuple[str, ...] = ()  # CIDRs allowed although private
+    max_media_per_request: int = 16
+    threads: int | None = None  # projector threads (default: model.threads)
+
+
+@dataclass(frozen=True)
+class LoraConfig:
+    """One of ``model.loras``: an adapter loaded at start."""
+
+    name: str
+    path: str | None = None
+    from_pretrained: FromPretrained | None = None
+    scale: float = 1.0
+
+
+@dataclass(frozen=True)
 class ModelConfig:
     path: str | None = None
     from_pretrained: FromPretrained | None = None
@@ -118,6 +150,8 @@ class ModelConfig:
     draft_model_threads: int | None = None
     draft_model_threads_batch: int | None = None
     draft_model_min_p: float = 0.0  # draft model: stop a draft below this probability
+    mtmd: MtmdConfig | None = None
+    loras: tuple[LoraConfig, ...] = ()
 
     @property
     def draft_max_tokens(self) -> int:
@@ -208,10 +242,6 @@ def _from_pretrained(data: dict[str, Any] | None) -> FromPretrained | None:
 
 
 def _model(data: dict[str, Any]) -> ModelConfig:
-    for name in NOT_SUPPORTED_YET:
-        value = data.get(name)
-        if value:
-            raise ConfigError(f"model.{name}: not supported yet by this version of llamaserve")
     if ("path" in data) == ("from_pretrained" in data):
         raise ConfigError("model: set exactly one of 'path' or 'from_pretrained'")
     if data.get("n_ubatch", 0) > data.get("n_batch", ModelConfig.n_batch):
@@ -233,7 +263,60 @@ def _model(data: dict[str, Any]) -> ModelConfig:
             "draft_model_from_pretrained" in data):
         raise ConfigError("model.draft_model: 'draft-model' needs exactly one of "
                           "'draft_model_path' or 'draft_model_from_pretrained'")
+    values["mtmd"] = _mtmd(data["mtmd"]) if "mtmd" in data else None
+    values["loras"] = _loras(data.get("loras", []))
     return ModelConfig(**values)
+
+
+def _mtmd(data: dict[str, Any]) -> MtmdConfig:
+    if ("mmproj_path" in data) == ("mmproj_from_pretrained" in data):
+        raise ConfigError("model.mtmd: set exactly one of 'mmproj_path' or "
+                          "'mmproj_from_pretrained'")
+    values = {k: v for k, v in data.items() if k in MtmdConfig.__dataclass_fields__}
+    if "mmproj_path" in data:
+        values["mmproj_path"] = expand_path(data["mmproj_path"])
+    values["mmproj_from_pretrained"] = _from_pretrained(data.get("mmproj_from_pretrained"))
+    cache = data.get("embedding_cache")
+    if cache is not None:
+        values["embedding_cache"] = EmbeddingCacheConfig(
+            **{**cache, "path": expand_path(cache["path"])})
+    if "allowed_media_domains" in data:
+        values["allowed_media_domains"] = tuple(
+            h.lower().rstrip(".") for h in data["allowed_media_domains"])
+    if "allowed_private_media_networks" in data:
+        nets = []
+        for i, cidr in enumerate(data["allowed_private_media_networks"]):
+            try:
+                nets.append(str(ipaddress.ip_network(cidr, strict=False)))
+            except ValueError:
+                raise ConfigError(f"model.mtmd.allowed_private_media_networks[{i}]: not a "
+                                  f"network: {cidr!r}") from None
+        values["allowed_private_media_networks"] = tuple(nets)
+    if "allowed_local_media_path" in data:
+        root = Path(expand_path(data["allowed_local_media_path"]))
+        if not root.is_dir():
+            raise ConfigError("model.mtmd.allowed_local_media_path: not a directory: "
+                              f"{root}")
+        values["allowed_local_media_path"] = str(root.resolve())
+    return MtmdConfig(**values)
+
+
+def _loras(items: list[dict[str, Any]]) -> tuple[LoraConfig, ...]:
+    out: list[LoraConfig] = []
+    for i, item in enumerate(items):
+        where = f"model.loras[{i}]"
+        if ("path" in item) == ("from_pretrained" in item):
+            raise ConfigError(f"{where}: set exactly one of 'path' or 'from_pretrained'")
+        source = item.get("path") or item["from_pretrained"]["filename"]
+        name = item.get("name") or Path(source).stem
+        if any(o.name == name for o in out):
+            raise ConfigError(f"{where}.name: two adapters are called {name!r}; "
+                              "give one a 'name'")
+        out.append(LoraConfig(
+            name=name, path=expand_path(item["path"]) if "path" in item else None,
+            from_pretrained=_from_pretrained(item.get("from_pretrained")),
+            scale=float(item.get("scale", 1.0))))
+    return tuple(out)
 
 
 def _api_keys(data: dict[str, Any]) -> tuple[str, ...]:

@@ -23,6 +23,8 @@ from engine.draft import verify
 from engine.drafting import Drafting
 from engine.embedding import EmbedItem, EmbedJob, EmbedQueue
 from engine.embedding_runner import EmbeddingRunner
+from engine.media.embedding_cache import EmbeddingCache
+from engine.media.projector import Projector
 from engine.metrics import EngineMetrics
 from engine.prefix_cache import PrefixCache
 from engine.request import Delta, EngineError, Request, RequestTimeout, Status, TokenLogprob
@@ -49,15 +51,31 @@ class _CancelAll:
 
 class Engine:
     def __init__(self, runner: Runner, cfg: ModelConfig, metrics: EngineMetrics | None = None,
-                 disk_cache: DiskCacheConfig | None = None, draft_path: str | None = None):
+                 disk_cache: DiskCacheConfig | None = None, draft_path: str | None = None,
+                 mmproj_path: str | None = None, lora_paths: dict[str, str] | None = None):
         self.runner = runner
         self.cfg = cfg
+        if lora_paths:
+            runner.load_adapters(lora_paths)
+        # what a request runs under unless it says otherwise: the configured scales
+        self.default_adapters = tuple(sorted((x.name, x.scale) for x in cfg.loras
+                                             if x.scale != 0 and x.name in runner.adapters))
         self.metrics = metrics or EngineMetrics()
+        self.projector: Projector | None = None
+        self.media_cache: EmbeddingCache | None = None
+        if mmproj_path is not None and cfg.mtmd is not None:
+            self.projector = Projector(
+                mmproj_path, runner.model, cfg.mtmd, threads=cfg.mtmd.threads or cfg.threads,
+                use_gpu=cfg.n_gpu_layers != 0, n_ubatch=min(cfg.n_ubatch, runner.n_batch))
+            runner.media_identity = self.projector.identity
+            self.media_cache = EmbeddingCache(
+                cfg.mtmd.memory_cache_bytes, cfg.mtmd.embedding_cache,
+                {**self.projector.identity, "llama_cpp": runner.state_layout()["llama_cpp"]})
         self.disk = None if disk_cache is None else DiskCache(
             disk_cache, compat_key(runner.model_path, runner.state_layout()), self.metrics)
         self.cache = PrefixCache(runner.n_seq_max, runner, capacity=runner.n_ctx,
                                  unified=runner.unified, n_swa=runner.n_swa, disk=self.disk,
-                                 metrics=self.metrics)
+                                 metrics=self.metrics, disk_adapters=self.default_adapters)
         self.scheduler = Scheduler(self.cache, runner.n_batch)
         self.embedder = EmbeddingRunner(runner, cfg) if (
             runner.embedding_only or cfg.embedding) else None
@@ -99,6 +117,10 @@ class Engine:
             self.embedder.close()
         if self.drafting is not None:
             self.drafting.close()
+        if self.media_cache is not None:
+            self.media_cache.close()
+        if self.projector is not None:
+            self.projector.close()
 
     def max_new_tokens(self, prompt_len: int, max_tokens: int | None) -> int:
         """Admission check for one sequence; raises ContextLengthExceeded."""
@@ -228,6 +250,8 @@ class Engine:
             return
         if self.drafting is not None:
             self.drafting.propose(self.scheduler.running)
+        if self.projector is not None:
+            self._encode_media(out)
         plan = self.scheduler.schedule()
         now = time.monotonic()
         for r in plan.admitted:
@@ -251,6 +275,36 @@ class Engine:
                     item.pos >= len(item.request.prompt) for item in plan.items):
                 self.drafting.observe_step(plan.num_tokens, now - decode_started)
         self.metrics.kv_cells_used.set(self.cache.cells_used())
+
+    def _encode_media(self, out: list[tuple[Request, Delta]]) -> None:
+        """Give the media the next prefill chunks start in their embeddings: from the cache,
+        or by running the projector's encoder on at most one media per step (the step's
+        decode still follows, so other requests' streams keep flowing)."""
+        assert self.projector is not None and self.media_cache is not None
+        encoded = False
+        for r in list(self.scheduler.running):
+            span = r.pending_media
+            if span is None:
+                continue
+            rows = self.media_cache.get(span.key)
+            if rows is None:
+                if encoded:
+                    continue
+                started = time.perf_counter()
+                try:
+                    rows = self.projector.encode(span)
+                except Exception as exc:
+                    log.exception("media encoding failed (request %d)", r.id)
+                    self.metrics.step_failures.inc()
+                    self._fail(r, EngineError(f"media encoding failed: {exc}"), out)
+                    continue
+                self.metrics.media_encode_seconds.observe(time.perf_counter() - started)
+                self.media_cache.put(span.key, rows)
+                encoded = True
+            else:
+                self.metrics.media_cache_hits.inc()
+            span.embd = rows
+            self.projector.release(span)
 
     def _embed_step(self) -> None:
         assert self.embedder is not None
@@ -296,6 +350,8 @@ class Engine:
                 return
 
     def _execute(self, plan: StepPlan, out: list[tuple[Request, Delta]]) -> None:
+        if self.runner.adapters:
+            self.runner.set_adapters(plan.adapters)
         status, last_index = self.runner.decode(plan.items)
         if status == DECODE_NO_KV_SLOT:
             victim = max((i.request for i in plan.items), key=lambda r: r.id)
@@ -390,6 +446,9 @@ class Engine:
                 delta: Delta | None = None, keep_kv: bool = True) -> None:
         if r.status is not Status.FINISHED:
             self.scheduler.remove(r, keep_kv)
+        for span in r.media:  # the chunks and embeddings are not needed any more
+            Projector.release(span)
+            span.embd = None
         self.runner.free_sampler(r.sampler)
         r.sampler = None
         r.finish_reason = reason

@@ -68,7 +68,9 @@ class Drafting:
 
     def propose(self, running: list[Request]) -> None:
         """Set ``r.draft`` for every generating sequence that should draft this step."""
-        decoding = [r for r in running if r.prefill_done and r.output and not r.cancelled]
+        # prompts with media do not draft: a draft model cannot read them
+        decoding = [r for r in running if r.prefill_done and r.output and not r.cancelled
+                    and not r.media]
         for r in running:
             r.draft = []
         if not decoding:

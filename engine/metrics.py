@@ -117,6 +117,12 @@ class EngineMetrics:
             lambda: self.draft_accepted._value.get() / max(self.draft_tokens._value.get(), 1))
         self.draft_mean_accepted.set_function(
             lambda: self.draft_accepted._value.get() / max(self.drafts._value.get(), 1))
+        self.media_encode_seconds = Histogram(
+            "llamaserve_media_encode_seconds", "Projector encodes of one image or audio chunk.",
+            buckets=(0.005, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10), registry=r)
+        self.media_cache_hits = Counter(
+            "llamaserve_media_cache_hits", "Media whose embeddings came from the cache.",
+            registry=r)
         self.step_failures = Counter(
             "llamaserve_engine_step_failures", "Engine steps that raised an error.", registry=r)
         self.engine_alive = Gauge(

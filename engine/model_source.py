@@ -27,15 +27,21 @@ class ModelSourceError(RuntimeError):
 
 
 def resolve(cfg: ModelConfig) -> str:
-    if cfg.path is not None:
-        if not os.path.isfile(cfg.path):
-            raise ModelSourceError(f"model.path: no such file: {cfg.path}")
-        check_gguf(cfg.path)
-        return cfg.path
-    assert cfg.from_pretrained is not None
-    path = download(cfg.from_pretrained)
-    check_gguf(path)
-    return path
+    return resolve_file(cfg.path, cfg.from_pretrained, "model.path")
+
+
+def resolve_file(path: str | None, source: FromPretrained | None, field: str) -> str:
+    """A GGUF named by a local path or a Hugging Face source (``field`` names the path's
+    config field in errors), checked before llama.cpp sees it."""
+    if path is not None:
+        if not os.path.isfile(path):
+            raise ModelSourceError(f"{field}: no such file: {path}")
+        check_gguf(path)
+        return path
+    assert source is not None
+    local = download(source)
+    check_gguf(local)
+    return local
 
 
 # GGUF value types with a fixed size (struct format); 8 is a string, 9 an array

@@ -13,6 +13,10 @@ request reuses the longest common prefix of any slot:
   prefilling the shared part, the request waits for it instead of recomputing it;
 - on a miss in memory, the longest stored prefix on disk is loaded.
 
+KV computed under one set of LoRA adapters is never reused under another: each adapter
+set has its own tree, and the disk cache (whose key covers the configured adapters)
+serves only requests with the configured set.
+
 At least one prompt token is always evaluated, so there are logits to sample.
 The module is pure Python: llama.cpp is reached through ``KvOps``.
 """
@@ -58,6 +62,7 @@ class Slot:
     tokens: list[int] = field(default_factory=list)  # what this sequence's KV holds
     owner: Request | None = None
     last_used: int = 0
+    adapters: tuple[tuple[str, float], ...] = ()  # the LoRA set its KV was computed under
 
 
 @dataclass(frozen=True)
@@ -70,7 +75,8 @@ class _Match:
 class PrefixCache:
     def __init__(self, n_seq: int, kv: KvOps, *, capacity: int, unified: bool = True,
                  n_swa: int = 0, disk: DiskCache | None = None,
-                 metrics: EngineMetrics | None = None) -> None:
+                 metrics: EngineMetrics | None = None,
+                 disk_adapters: tuple[tuple[str, float], ...] = ()) -> None:
         self.slots = [Slot(i) for i in range(n_seq)]
         self.kv = kv
         self.capacity = capacity
@@ -78,9 +84,16 @@ class PrefixCache:
         self.n_swa = n_swa
         self.disk = disk
         self.metrics = metrics
-        self.tree: PrefixTree[int] = PrefixTree()
+        self.trees: dict[tuple[tuple[str, float], ...], PrefixTree[int]] = {}
+        self.disk_adapters = disk_adapters  # the adapter set the disk cache's key covers
         self.ledger = KvLedger()
         self._clock = itertools.count(1)
+
+    def _tree(self, adapters: tuple[tuple[str, float], ...]) -> PrefixTree[int]:
+        tree = self.trees.get(adapters)
+        if tree is None:
+            tree = self.trees[adapters] = PrefixTree()
+        return tree
 
     # -- accounting -------------------------------------------------------------
     def cells_used(self) -> int:
@@ -105,7 +118,7 @@ class PrefixCache:
     def _evict(self, slot: Slot) -> None:
         self.kv.seq_clear(slot.seq_id)
         self.ledger.clear(slot.seq_id)
-        self.tree.remove(slot.seq_id)
+        self._tree(slot.adapters).remove(slot.seq_id)
         slot.tokens = []
 
     def _room(self, need: int, reserved: int, keep: tuple[Slot, ...]) -> bool:
@@ -122,7 +135,7 @@ class PrefixCache:
         if not self.free_slots():
             return False
         reuse = r.params.cache_prompt and not r.params.prompt_logprobs  # those need every logit
-        match = self._match(r.prompt)
+        match = self._match(r)
         if match.wait and reuse:
             return False
         placed = None
@@ -139,12 +152,13 @@ class PrefixCache:
         if placed is None:
             placed = self._from_memory(r, match)
         slot, reused, source = placed
+        slot.adapters = r.adapters  # its tree from now on (a victim was evicted from its old)
         if not self._room(len(r.prompt) - reused + 1, reserved, keep=(slot,)):
             self.release_slot(slot, keep=True)  # it holds the prefix for the next attempt
             return False
         slot.owner = r
         slot.last_used = next(self._clock)
-        self.tree.insert(slot.seq_id, r.prompt)
+        self._tree(r.adapters).insert(slot.seq_id, r.prompt)
         r.seq_id = slot.seq_id
         r.num_computed = reused
         r.cached_tokens = reused
@@ -152,15 +166,16 @@ class PrefixCache:
             self.metrics.prompt_tokens_cached.labels(source).inc(reused)
         return True
 
-    def _match(self, prompt: list[int]) -> _Match:
+    def _match(self, r: Request) -> _Match:
+        prompt = r.prompt
         limit = len(prompt) - 1  # at least one token is evaluated
         best = _Match()
         longest_pending = 0
-        for seq, common in self.tree.common_prefixes(prompt).items():
+        for seq, common in self._tree(r.adapters).common_prefixes(prompt).items():
             if common <= 0:
                 continue
             slot = self.slots[seq]
-            usable = self._usable(slot, min(common, limit, len(slot.tokens)))
+            usable = self._usable(slot, r.reusable(min(common, limit, len(slot.tokens))))
             if slot.owner is not None and common > len(slot.tokens):
                 longest_pending = max(longest_pending, min(common, limit))
             better = usable > best.usable or (
@@ -202,7 +217,7 @@ class PrefixCache:
                 self._evict(dst)  # llama.cpp cannot cut this memory (recurrent state)
                 return dst, 0, ""
             self.ledger.truncate(dst.seq_id, n)
-            self.tree.remove(dst.seq_id)
+            self._tree(dst.adapters).remove(dst.seq_id)
         else:
             dst = self._victim(keep=(src,))
             self._evict(dst)
@@ -217,7 +232,7 @@ class PrefixCache:
 
     def _from_disk(self, r: Request, in_memory: int, reserved: int,
                    keep: tuple[Slot, ...]) -> tuple[Slot, int, str] | None:
-        if self.disk is None:
+        if self.disk is None or r.adapters != self.disk_adapters:
             return None
         for length, name in self.disk.lookup(r.prompt):
             if length < in_memory + DISK_MIN_GAIN:
@@ -236,8 +251,8 @@ class PrefixCache:
                 continue
             self.ledger.append(dst.seq_id, length)
             dst.tokens = r.prompt[:length]
-            n = min(length, len(r.prompt) - 1)
-            if n < length:  # the whole prompt was stored: evaluate its last token again
+            n = r.reusable(min(length, len(r.prompt) - 1))
+            if n < length:  # the whole prompt was stored (or a media was cut): evaluate again
                 if not self.kv.seq_trim(dst.seq_id, n):
                     self._evict(dst)
                     return None
@@ -268,7 +283,8 @@ class PrefixCache:
         self._save(self.slots[r.seq_id])
 
     def _save(self, slot: Slot) -> None:
-        if self.disk is not None and self.disk.wants(slot.tokens):
+        if self.disk is not None and slot.adapters == self.disk_adapters \
+                and self.disk.wants(slot.tokens):
             try:
                 self.disk.put(slot.tokens, self.kv.state_get(slot.seq_id))
             except Exception:  # a failed save costs a future cache hit, nothing else
@@ -283,6 +299,6 @@ class PrefixCache:
         slot.owner = None
         slot.last_used = next(self._clock)
         if keep and slot.tokens:
-            self.tree.insert(slot.seq_id, slot.tokens)
+            self._tree(slot.adapters).insert(slot.seq_id, slot.tokens)
         else:
             self._evict(slot)

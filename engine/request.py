@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.detokenizer import IncrementalDetokenizer
+from engine.media.spans import MediaSpan, reusable, segment_end, span_at
 
 
 @dataclass(frozen=True)
@@ -105,6 +106,8 @@ class Request:
     deadline: float | None = None  # time.monotonic() after which the request is ended
     t_submit: float = 0.0  # monotonic times for the latency metrics
     t_last: float = 0.0
+    media: tuple[MediaSpan, ...] = ()  # images / audio in the prompt, in order
+    adapters: tuple[tuple[str, float], ...] = ()  # LoRA (name, scale), sorted; () = base
 
     @property
     def num_tokens(self) -> int:
@@ -115,7 +118,28 @@ class Request:
         return self.num_computed >= len(self.prompt)
 
     def next_tokens(self, budget: int) -> list[int]:
-        """Tokens to feed next: a prompt chunk, or the last sampled token."""
+        """Tokens to feed next: a prompt chunk (all text or all one media), or the last
+        sampled token."""
         if not self.prefill_done:
-            return self.prompt[self.num_computed : self.num_computed + budget]
+            end = self.num_computed + budget
+            if self.media:
+                end = min(end, segment_end(self.media, self.num_computed, len(self.prompt)))
+            return self.prompt[self.num_computed : end]
         return [self.output[-1]]
+
+    @property
+    def pending_media(self) -> MediaSpan | None:
+        """The media the next prefill chunk starts in, while it has no embeddings yet."""
+        if not self.media or self.prefill_done:
+            return None
+        span = span_at(self.media, self.num_computed)
+        return span if span is not None and span.embd is None else None
+
+    def next_tokens_fit(self, chunk: list[int]) -> bool:
+        """False when ``chunk`` cuts a media that must be evaluated whole."""
+        span = span_at(self.media, self.num_computed)
+        return span is None or not span.whole or self.num_computed + len(chunk) >= span.end
+
+    def reusable(self, n: int) -> int:
+        """How many of ``n`` cached prompt positions can be kept (never part of a media)."""
+        return reusable(self.media, n) if self.media else n

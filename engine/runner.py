@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +20,7 @@ import llama_cpp
 import numpy as np
 
 from engine.config import ModelConfig
+from engine.media.spans import MediaSpan, is_media_token, span_at
 from engine.request import SamplingParams, TokenLogprob
 from engine.scheduler import BatchItem
 
@@ -100,10 +102,12 @@ class ModelLoadError(RuntimeError):
 
 class NumpyBatch:
     """A ``llama_batch`` whose arrays are numpy buffers: filling it is slice assignment,
-    not a Python loop over ctypes fields. One sequence id per token."""
+    not a Python loop over ctypes fields. One sequence id per token. With ``n_embd``, it
+    carries embedding rows (media) instead of token ids."""
 
-    def __init__(self, n: int) -> None:
+    def __init__(self, n: int, n_embd: int = 0) -> None:
         self.tok = np.zeros(n, dtype=np.int32)
+        self.embd = np.zeros((n, n_embd), dtype=np.float32) if n_embd else None
         self.pos = np.zeros(n, dtype=np.int32)
         self.nseq = np.ones(n, dtype=np.int32)
         self.seq = np.zeros(n, dtype=np.int32)
@@ -113,8 +117,12 @@ class NumpyBatch:
         base = self.seq.ctypes.data
         self._seq_ptrs = (i32p * n)(*[ctypes.cast(base + 4 * i, i32p) for i in range(n)])
         batch = L.llama_batch()
-        batch.token = self.tok.ctypes.data_as(i32p)
-        batch.embd = ctypes.POINTER(ctypes.c_float)()
+        if self.embd is None:
+            batch.token = self.tok.ctypes.data_as(i32p)
+            batch.embd = ctypes.POINTER(ctypes.c_float)()
+        else:
+            batch.token = i32p()
+            batch.embd = self.embd.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
         batch.pos = self.pos.ctypes.data_as(i32p)
         batch.n_seq_id = self.nseq.ctypes.data_as(i32p)
         batch.seq_id = self._seq_ptrs
@@ -144,6 +152,11 @@ class Runner:
         self._pieces: tuple[dict[int, bytes], dict[int, bytes]] = ({}, {})
         self._eog: dict[int, bool] = {}
         self._batch = NumpyBatch(self.n_batch)
+        self._media_batch: NumpyBatch | None = None  # made on the first media decode
+        self.media_identity: dict[str, Any] | None = None  # the projector (engine.media)
+        self.adapters: dict[str, Any] = {}  # LoRA name -> llama_adapter_lora
+        self._adapter_files: dict[str, dict[str, Any]] = {}
+        self._applied: tuple[tuple[str, float], ...] = ()
 
     # -- loading --------------------------------------------------------------
     def _load_model(self, path: str, cfg: ModelConfig) -> Any:
@@ -223,6 +236,30 @@ class Runner:
         if not ctx:
             raise ModelLoadError("llama.cpp could not create a context with these settings")
         return ctx
+
+    def load_adapters(self, paths: dict[str, str]) -> None:
+        """Load LoRA adapters (name -> GGUF path) on the model; a file llama.cpp refuses
+        (another base model, not an adapter) is a start-up error naming it."""
+        for name, path in paths.items():
+            handle = L.llama_adapter_lora_init(self.model, path.encode())
+            if not handle:
+                raise ModelLoadError(f"model.loras: llama.cpp could not load the adapter "
+                                     f"{name!r} ({path}) for this model")
+            self.adapters[name] = handle
+            st = os.stat(path)
+            self._adapter_files[name] = {"file": os.path.basename(path), "size": st.st_size}
+
+    def set_adapters(self, adapters: tuple[tuple[str, float], ...]) -> None:
+        """Apply this LoRA set (name, scale) to the context, if it is not applied already."""
+        if adapters == self._applied:
+            return
+        n = len(adapters)
+        handles = (L.llama_adapter_lora_p_ctypes * n)(*[self.adapters[a] for a, _ in adapters])
+        scales = (ctypes.c_float * n)(*[s for _, s in adapters])
+        if L.llama_set_adapters_lora(self.ctx, handles if n else None, n,
+                                     scales if n else None) != 0:
+            raise RuntimeError("llama.cpp could not apply the LoRA adapters")
+        self._applied = adapters
 
     def close(self) -> None:
         if self.ctx:
@@ -322,7 +359,8 @@ class Runner:
                 self.n_vocab, p.penalty_last_n, p.repeat_penalty, p.frequency_penalty,
                 p.presence_penalty)
             for tok in history[-p.penalty_last_n:] if p.penalty_last_n > 0 else history:
-                L.llama_sampler_accept(penalties, tok)  # the prompt counts, the grammar not
+                if tok >= 0:  # the prompt counts (not its media), the grammar not
+                    L.llama_sampler_accept(penalties, tok)
             add(chain, penalties)
         if p.greedy:
             add(chain, L.llama_sampler_init_greedy())
@@ -380,8 +418,65 @@ class Runner:
 
     # -- decoding -----------------------------------------------------------------
     def decode(self, items: Sequence[BatchItem]) -> tuple[int, list[int]]:
-        """Decode all items in one llama_decode. Returns (status, batch index of each
-        item's last token). Items that want prompt logprobs get logits everywhere."""
+        """Decode all items: media chunks first (their embedding rows, in one batch), then
+        every token item in one llama_decode. Returns (status, batch index of each item's
+        last token; -1 for media). Items that want prompt logprobs get logits everywhere."""
+        media = [i for i in items if i.tokens and is_media_token(i.tokens[0])]
+        if media:
+            status = self._decode_media(media)
+            if status != 0:
+                return status, []
+            if len(media) == len(items):
+                return 0, [-1] * len(items)
+            text = [i for i in items if not (i.tokens and is_media_token(i.tokens[0]))]
+            status, last_text = self._decode_tokens(text)
+            it = iter(last_text)
+            return status, [-1 if i.tokens and is_media_token(i.tokens[0]) else next(it)
+                            for i in items]
+        return self._decode_tokens(items)
+
+    def _decode_media(self, items: Sequence[BatchItem]) -> int:
+        """Feed media embeddings. A media evaluated whole (non-causal attention inside it)
+        gets a llama_decode of its own with causal attention off."""
+        if self._media_batch is None:
+            self._media_batch = NumpyBatch(self.n_batch,
+                                           int(L.llama_model_n_embd_inp(self.model)))
+        b = self._media_batch
+        assert b.embd is not None
+        together: list[tuple[BatchItem, MediaSpan]] = []
+        groups: list[tuple[bool, list[tuple[BatchItem, MediaSpan]]]] = [(False, together)]
+        for item in items:
+            span = span_at(item.request.media, item.pos)
+            assert span is not None and span.embd is not None
+            if span.whole:
+                groups.append((True, [(item, span)]))
+            else:
+                together.append((item, span))
+        for whole, group in groups:
+            if not group:
+                continue
+            n = 0
+            for item, span in group:
+                assert span.embd is not None
+                k, first = len(item.tokens), item.pos - span.start
+                b.embd[n : n + k] = span.embd[first : first + k]
+                b.pos[n : n + k] = b.arange[:k] + item.pos
+                b.seq[n : n + k] = item.request.seq_id
+                b.out[n : n + k] = 0
+                n += k
+            b.batch.n_tokens = n
+            if whole:
+                L.llama_set_causal_attn(self.ctx, False)
+            try:
+                status = int(L.llama_decode(self.ctx, b.batch))
+            finally:
+                if whole:
+                    L.llama_set_causal_attn(self.ctx, True)
+            if status != 0:
+                return status
+        return 0
+
+    def _decode_tokens(self, items: Sequence[BatchItem]) -> tuple[int, list[int]]:
         b = self._batch
         tok, pos, seq, out = b.tok, b.pos, b.seq, b.out
         n = 0
@@ -471,4 +566,7 @@ class Runner:
         c = self.cfg
         return {"llama_cpp": library_version(), "type_k": c.type_k, "type_v": c.type_v,
                 "n_ctx": self.n_ctx, "n_ctx_seq": self.n_ctx_seq, "kv_unified": c.kv_unified,
-                "swa_full": c.swa_full, "flash_attn": c.flash_attn, "loras": []}
+                "swa_full": c.swa_full, "flash_attn": c.flash_attn,
+                "loras": [[x.name, x.scale, self._adapter_files.get(x.name)] for x in c.loras
+                          if x.scale != 0],
+                "mmproj": self.media_identity}

@@ -7,6 +7,10 @@ the rest of the budget goes to chunked prefill, oldest first, then to waiting
 requests admitted in FIFO order while sequence ids and KV cells are free.
 Which sequence a request gets, and how much of its prompt is already computed
 there, is the prefix cache's decision (``engine.prefix_cache``).
+
+LoRA adapters apply to the whole llama context, so a step serves one adapter set: when
+requests with different sets are running, steps take turns between the sets (round
+robin), and the waiting queue's head is admitted on its set's turn (FIFO is kept).
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ class StepPlan:
     items: list[BatchItem] = field(default_factory=list)
     preempted: list[Request] = field(default_factory=list)  # ended for lack of KV cells
     admitted: list[Request] = field(default_factory=list)  # left the waiting queue this step
+    adapters: tuple[tuple[str, float], ...] = ()  # the LoRA set every item runs under
 
     @property
     def num_tokens(self) -> int:
@@ -45,6 +50,7 @@ class Scheduler:
         self.kv_capacity = cache.capacity
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
+        self._last_set: tuple[tuple[str, float], ...] | None = None
 
     # -- queue management -------------------------------------------------
     def add(self, request: Request) -> None:
@@ -70,10 +76,23 @@ class Scheduler:
         return len(self.running)
 
     # -- planning -----------------------------------------------------------
+    def _adapter_turn(self) -> tuple[tuple[str, float], ...]:
+        """The adapter set this step serves: the next one after the last served, among
+        the running requests' sets and the waiting head's."""
+        sets = {r.adapters for r in self.running}
+        if self.waiting:
+            sets.add(self.waiting[0].adapters)
+        if len(sets) <= 1:
+            return next(iter(sets), ())
+        order = sorted(sets)
+        last = self._last_set
+        return next((a for a in order if last is not None and a > last), order[0])
+
     def schedule(self) -> StepPlan:
         plan = StepPlan(preempted=self._preempt())
+        turn = plan.adapters = self._last_set = self._adapter_turn()
         budget = self.n_batch
-        decoding = [r for r in self.running if r.prefill_done]
+        decoding = [r for r in self.running if r.prefill_done and r.adapters == turn]
         budget -= len(decoding)
         room = 0
         if any(r.draft for r in decoding):  # the ledger is only walked when someone drafts
@@ -88,10 +107,12 @@ class Scheduler:
         for r in self.running:
             if budget <= 0:
                 break
-            if not r.prefill_done:
+            if not r.prefill_done and r.adapters == turn:
                 budget -= self._add_prefill(plan, r, budget)
         while budget > 0 and self.waiting:
             head = self.waiting[0]
+            if head.adapters != turn:
+                break  # FIFO: it is admitted on its adapter set's turn
             if not self.cache.admit(head, self._pending_prefill() + len(self.running)):
                 break  # no free sequence or KV cells yet (or its prefix is being computed)
             self.waiting.popleft()
@@ -102,7 +123,11 @@ class Scheduler:
         return plan
 
     def _add_prefill(self, plan: StepPlan, r: Request, budget: int) -> int:
+        if r.pending_media is not None:
+            return 0  # its media is encoded before a later step (Engine._encode_media)
         tokens = r.next_tokens(budget)
+        if r.media and not r.next_tokens_fit(tokens):
+            return 0  # a media evaluated whole waits for a step with room for all of it
         last = r.num_computed + len(tokens) >= len(r.prompt)
         plan.items.append(BatchItem(r, tokens, r.num_computed, last))
         return len(tokens)

@@ -32,7 +32,17 @@ def model(**fields: object) -> dict[str, object]:
                                                     "required property"),
         ({"server": {}}, "<root>: 'model' is a required property"),
         ({"model": {}}, "model: set exactly one of 'path' or 'from_pretrained'"),
-        (model(mtmd={"mmproj_path": "x"}), "model.mtmd: not supported yet"),
+        (model(mtmd={}), "model.mtmd: set exactly one of 'mmproj_path' or "
+                         "'mmproj_from_pretrained'"),
+        (model(mtmd={"mmproj_path": "x", "image_max_byte": 1}),
+         "model.mtmd.image_max_byte: unknown field"),
+        (model(mtmd={"mmproj_path": "x", "allowed_local_media_path": "/nonexistent/dir"}),
+         "model.mtmd.allowed_local_media_path: not a directory"),
+        (model(loras=[{"scale": 1}]), "model.loras[0]: set exactly one of 'path' or "
+                                      "'from_pretrained'"),
+        (model(loras=[{"path": "a/x.gguf"}, {"path": "b/x.gguf"}]),
+         "model.loras[1].name: two adapters are called 'x'"),
+        (model(loras=[{"path": "a.gguf", "sacle": 1}]), "model.loras[0].sacle: unknown field"),
         (model(n_batch=64, n_ubatch=128), "model.n_ubatch: must not exceed model.n_batch"),
         ({**model(), "disk_cache": {"path": "/tmp/x", "max_bytes": -1}},
          "disk_cache.max_bytes: -1 is less than the minimum of 0"),
@@ -64,11 +74,22 @@ def test_disk_cache_fields_are_accepted() -> None:
 
 @pytest.mark.parametrize("name", sorted(p.name for p in (ROOT / "configs").glob("*.json")))
 def test_shipped_configs_validate(name: str) -> None:
-    data = json.loads((ROOT / "configs" / name).read_text())
-    try:
-        parse(data)
-    except ConfigError as exc:  # the seed's multimodal configs need features of later issues
-        assert "not supported yet" in str(exc)
+    parse(json.loads((ROOT / "configs" / name).read_text()))
+
+
+def test_mtmd_and_lora_fields(tmp_path: Path) -> None:
+    cfg = parse(model(
+        mtmd={"mmproj_path": "~/p.gguf", "embedding_cache": {"path": "~/e", "max_bytes": 5},
+              "allowed_media_domains": ["Example.COM."], "allowed_local_media_path": str(tmp_path),
+              "image_timeout_seconds": 2.5},
+        loras=[{"path": "/a/style.gguf"}, {"path": "/b/c.gguf", "name": "code", "scale": 0.5}]))
+    mtmd = cfg.model.mtmd
+    assert mtmd is not None and mtmd.mmproj_path and not mtmd.mmproj_path.startswith("~")
+    assert mtmd.embedding_cache is not None and mtmd.embedding_cache.max_bytes == 5
+    assert mtmd.allowed_media_domains == ("example.com",)
+    assert mtmd.allowed_local_media_path == str(tmp_path.resolve())
+    assert mtmd.image_timeout_seconds == 2.5 and not mtmd.allow_private_media_addresses
+    assert [(x.name, x.scale) for x in cfg.model.loras] == [("style", 1.0), ("code", 0.5)]
 
 
 def test_server_exits_2_with_one_line(tmp_path: Path) -> None:
