@@ -172,7 +172,8 @@ def _format_name(mime: str) -> str:
 
 
 def _too_large(expected: MediaKind, size: str, limit: int) -> _Refused:
-    return _Refused(f"{expected} too large: {size} bytes (the limit is {limit} bytes)")
+    """``size`` says how the size is known: "1234 bytes", "more than 1000 bytes" …"""
+    return _Refused(f"{expected} too large: {size} (the limit is {limit} bytes)")
 
 
 # --- data: URLs and base64 -------------------------------------------------------------------
@@ -192,15 +193,19 @@ def _data_url_bytes(source: str, expected: MediaKind, policy: MediaPolicy) -> by
     payload_chars = len(source) - comma - 1
     if header.rsplit(";", 1)[-1].strip().lower() == "base64":
         if payload_chars > _base64_budget(limit):
-            raise _too_large(expected, f"about {payload_chars * 3 // 4}", limit)
+            raise _too_large(expected, _after_decoding(payload_chars), limit)
         return _decode_base64(source[comma + 1:], expected, limit, percent_encoded=True)
     # percent-encoded bytes: at most 3 characters a byte
     if payload_chars > 3 * limit:
-        raise _too_large(expected, f"at least {payload_chars // 3}", limit)
+        raise _too_large(expected, f"at least {payload_chars // 3} bytes", limit)
     data = _percent_decode(source[comma + 1:], "data: URL")
     if len(data) > limit:
-        raise _too_large(expected, str(len(data)), limit)
+        raise _too_large(expected, f"{len(data)} bytes", limit)
     return data
+
+
+def _after_decoding(chars: int) -> str:
+    return f"about {chars * 3 // 4} bytes after decoding"
 
 
 def _base64_budget(limit: int) -> int:
@@ -213,7 +218,7 @@ def _base64_budget(limit: int) -> int:
 def _decode_base64(text: str, expected: MediaKind, limit: int,
                    percent_encoded: bool = False) -> bytes:
     if len(text) > _base64_budget(limit):  # before any work on the text
-        raise _too_large(expected, f"about {len(text) * 3 // 4}", limit)
+        raise _too_large(expected, _after_decoding(len(text)), limit)
     if percent_encoded and "%" in text:
         text = _percent_decode(text, "data: URL").decode("latin-1")
     compact = _BASE64_SPACE.sub("", text)
@@ -221,14 +226,14 @@ def _decode_base64(text: str, expected: MediaKind, limit: int,
         raise _Refused("invalid base64 data (its length is not possible for base64)")
     compact += "=" * (-len(compact) % 4)  # missing padding is tolerated
     if len(compact) > (limit + 2) // 3 * 4:
-        raise _too_large(expected, f"about {len(compact) * 3 // 4}", limit)
+        raise _too_large(expected, _after_decoding(len(compact)), limit)
     try:
         data = base64.b64decode(compact, validate=True)
     except (binascii.Error, ValueError):
         raise _Refused("invalid base64 data (characters outside the base64 alphabet, or "
                        "misplaced '=' padding)") from None
     if len(data) > limit:
-        raise _too_large(expected, str(len(data)), limit)
+        raise _too_large(expected, f"{len(data)} bytes", limit)
     return data
 
 
@@ -393,13 +398,13 @@ def _why_not_global(ip: IPAddress) -> str | None:
         embedded = ip.sixtofour
         if embedded is None and ip in _NAT64:
             embedded = ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
-        if embedded is not None:
+        if embedded is not None:  # 6to4 and NAT64 reach the IPv4 address inside
             inner = _why_not_global(embedded)
             return None if inner is None else f"an IPv6 address embedding {embedded} ({inner})"
     for test, what in ((ip.is_unspecified, "unspecified"), (ip.is_loopback, "loopback"),
                        (ip.is_link_local, "link-local"), (ip.is_multicast, "multicast"),
                        (ip in _SHARED, "shared (CGNAT)"),
-                       (ip.is_private, "private"), (ip.is_reserved, "reserved")):
+                       (ip.is_reserved, "reserved"), (ip.is_private, "private")):
         if test:
             return what
     if not ip.is_global or any(ip in net for net in _NOT_GLOBAL):
@@ -496,43 +501,27 @@ def _tls_context() -> ssl.SSLContext:
 async def _get(target: _Target, ip: IPAddress, expected: MediaKind,
                policy: MediaPolicy) -> tuple[str | None, bytes, str]:
     """One GET to ``ip`` (no second resolution) with the URL's host in ``Host`` and SNI:
-    ``(Location, b"", "")`` for a redirect, else ``(None, body, Content-Type)``."""
-    limit = policy.limit(expected)
+    ``(Location, b"", "")`` for a redirect, else ``(None, body, Content-Type)``. Straight
+    to httpx's transport: no client-side redirect, cookie or proxy handling."""
     netloc = f"[{ip}]" if ip.version == 6 else str(ip)
-    url = f"{target.scheme}://{netloc}:{target.port}{target.path}"
-    headers = {"Host": target.host_header, "Accept": f"{expected}/*",
-               "Accept-Encoding": "identity", "User-Agent": _USER_AGENT}
-    extensions = {"sni_hostname": target.host} if target.scheme == "https" else {}
+    extensions: dict[str, object] = {
+        "timeout": httpx.Timeout(policy.timeout_seconds).as_dict()}
+    if target.scheme == "https":
+        extensions["sni_hostname"] = target.host
     try:
-        async with httpx.AsyncClient(
-                verify=_tls_context(), trust_env=False, follow_redirects=False,
-                timeout=policy.timeout_seconds,
-                limits=httpx.Limits(max_connections=1, max_keepalive_connections=0)) as client, \
-                client.stream("GET", url, headers=headers, extensions=extensions) as response:
-            status = response.status_code
-            if status in _REDIRECTS:
-                location = response.headers.get("location")
-                if location is None:
-                    raise _Refused(f"the server answered HTTP {status} without a Location")
-                return location, b"", ""
-            if not 200 <= status < 300:
-                raise _Refused(f"fetching the {expected} failed: the server answered "
-                               f"HTTP {status}")
-            encoding = response.headers.get("content-encoding", "").strip().lower()
-            if encoding not in ("", "identity"):
-                raise _Refused(f"compressed responses are not supported "
-                               f"(Content-Encoding {_show(encoding, 40)})")
-            length = response.headers.get("content-length", "").strip()
-            if length.isdigit() and (len(length) > 18 or int(length) > limit):
-                raise _too_large(expected, f"Content-Length {_show(length, 24)}", limit)
-            chunks: list[bytes] = []
-            received = 0
-            async for chunk in response.aiter_raw():
-                received += len(chunk)
-                if received > limit:  # stop reading: closing drops the connection
-                    raise _too_large(expected, f"more than {limit}", limit)
-                chunks.append(chunk)
-            return None, b"".join(chunks), response.headers.get("content-type", "")
+        request = httpx.Request(
+            "GET", f"{target.scheme}://{netloc}:{target.port}{target.path}",
+            headers={"Host": target.host_header, "Accept": f"{expected}/*",
+                     "Accept-Encoding": "identity", "User-Agent": _USER_AGENT},
+            extensions=extensions)
+        async with httpx.AsyncHTTPTransport(
+                verify=_tls_context(), trust_env=False,
+                limits=httpx.Limits(max_connections=1, max_keepalive_connections=0)) as transport:
+            response = await transport.handle_async_request(request)
+            try:
+                return await _read(response, expected, policy.limit(expected))
+            finally:
+                await response.aclose()  # unread body: the connection is dropped
     except _Refused:
         raise
     except httpx.TimeoutException:
@@ -542,6 +531,34 @@ async def _get(target: _Target, ip: IPAddress, expected: MediaKind,
         detail = str(exc) or type(exc).__name__
         raise _Refused(f"fetching the {expected} from {_show(target.host)} failed: "
                        f"{_show(detail, 160)}") from None
+
+
+async def _read(response: httpx.Response, expected: MediaKind,
+                limit: int) -> tuple[str | None, bytes, str]:
+    status = response.status_code
+    if status in _REDIRECTS:
+        location = response.headers.get("location")
+        if location is None:
+            raise _Refused(f"the server answered HTTP {status} without a Location")
+        return location, b"", ""
+    if not 200 <= status < 300:
+        raise _Refused(f"fetching the {expected} failed: the server answered HTTP {status}")
+    encoding = response.headers.get("content-encoding", "").strip().lower()
+    if encoding not in ("", "identity"):
+        raise _Refused(f"compressed responses are not supported "
+                       f"(Content-Encoding {_show(encoding, 40)})")
+    length = response.headers.get("content-length", "").strip()
+    if length.isdigit() and (len(length) > 18 or int(length) > limit):
+        declared = length if len(length) <= 18 else "more than 10^18"
+        raise _too_large(expected, f"the server declares {declared} bytes", limit)
+    chunks: list[bytes] = []
+    received = 0
+    async for chunk in response.aiter_raw():
+        received += len(chunk)
+        if received > limit:  # stop reading here
+            raise _too_large(expected, f"more than {limit} bytes", limit)
+        chunks.append(chunk)
+    return None, b"".join(chunks), response.headers.get("content-type", "")
 
 
 # --- file: -----------------------------------------------------------------------------------
@@ -598,7 +615,7 @@ def _read_file(url: str, expected: MediaKind, limit: int, allowed_root: str) -> 
         if not stat.S_ISREG(info.st_mode):
             raise _Refused(f"{_show(path)} is not a regular file")
         if info.st_size > limit:
-            raise _too_large(expected, str(info.st_size), limit)
+            raise _too_large(expected, f"{info.st_size} bytes", limit)
         chunks: list[bytes] = []
         remaining = limit + 1  # one byte more tells a file that grew since fstat
         while remaining > 0:
@@ -608,7 +625,7 @@ def _read_file(url: str, expected: MediaKind, limit: int, allowed_root: str) -> 
             chunks.append(chunk)
             remaining -= len(chunk)
         if remaining <= 0:
-            raise _too_large(expected, f"more than {limit}", limit)
+            raise _too_large(expected, f"more than {limit} bytes", limit)
         return b"".join(chunks)
     except OSError as exc:
         raise _Refused(f"cannot read {_show(path)}: {exc.strerror}") from None
