@@ -35,6 +35,7 @@ IPAddress: TypeAlias = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 MAX_URL_CHARS = 8192  # http(s) and file: URLs (a data: URL is bounded by the size limit)
 _REDIRECTS = (301, 302, 303, 307, 308)
+_BARE_BASE64 = re.compile(r"[A-Za-z0-9+/]{64}")
 _USER_AGENT = "llamaserve-media-fetch"
 
 
@@ -89,6 +90,10 @@ class _Refused(Exception):
     """A refusal on its way up to the public function, which adds the ``param``."""
 
 
+class _ConnectFailed(_Refused):
+    """No connection to one address (another address of the host may still answer)."""
+
+
 async def load_media(source: str, expected: MediaKind, policy: MediaPolicy,
                      param: str) -> MediaBytes:
     """The bytes behind ``source`` (``data:``, ``http(s)://`` or ``file:``), which must sniff as
@@ -120,26 +125,27 @@ async def _load(source: str, expected: MediaKind, policy: MediaPolicy) -> MediaB
         raise _Refused("empty URL")
     match = re.match(r"([A-Za-z][A-Za-z0-9+.-]*):", source[:64])
     if match is None:
-        raise _Refused(f"not an absolute URL: {_show(source)} "
-                       "(expected http://, https://, data: or file:)")
+        hint = ("; inline bytes go in a data: URL, data:<mime>;base64,<data>"
+                if _BARE_BASE64.match(source) else "")
+        raise _Refused(f"not an absolute URL: {_show(source, 60)} "
+                       f"(expected http://, https://, data: or file:{hint})")
     scheme = match.group(1).lower()
     if scheme == "data":
         return _accept(_data_url_bytes(source, expected, policy), expected)
     if scheme not in ("http", "https", "file"):
         raise _Refused(f"unsupported URL scheme {_show(scheme, 32)} "
                        "(expected http, https, data or file)")
-    if scheme == "file" and policy.allowed_local_path is None:
+    root = policy.allowed_local_path
+    if scheme == "file" and root is None:
         raise _Refused("file: URLs are not allowed on this server")
     if len(source) > MAX_URL_CHARS:
         raise _Refused(f"URL too long: {len(source)} characters (at most {MAX_URL_CHARS})")
     _check_url_text(source)
     limit = policy.limit(expected)
     try:
-        if scheme == "file":
-            assert policy.allowed_local_path is not None
+        if root is not None and scheme == "file":
             data = await asyncio.wait_for(
-                asyncio.to_thread(_read_file, source, expected, limit,
-                                  policy.allowed_local_path),
+                asyncio.to_thread(_read_file, source, expected, limit, root),
                 policy.timeout_seconds)
             return _accept(data, expected)
         data, content_type = await asyncio.wait_for(
@@ -466,14 +472,24 @@ async def _fetch_http(url: str, expected: MediaKind,
                 shown = f"{ip} ({_unwrap(ip)})" if _unwrap(ip) != ip else str(ip)
                 raise _Refused(f"refused {where}{_show(target.host)}: it resolves to {shown}, "
                                f"which is {why}, not a public address")
-        location, body, content_type = await _get(target, _unwrap(addresses[0]), expected,
-                                                  policy)
+        location, body, content_type = await _get_any(target, addresses, expected, policy)
         if location is None:
             return body, content_type
         if hop == policy.max_redirects:
             break
         url = _redirect_url(url, location)
     raise _Refused(f"too many redirects (more than {policy.max_redirects})")
+
+
+async def _get_any(target: _Target, addresses: list[IPAddress], expected: MediaKind,
+                   policy: MediaPolicy) -> tuple[str | None, bytes, str]:
+    """``_get`` from the first of the (all checked) addresses that accepts a connection."""
+    for ip in addresses[:-1]:
+        try:
+            return await _get(target, _unwrap(ip), expected, policy)
+        except _ConnectFailed:
+            continue
+    return await _get(target, _unwrap(addresses[-1]), expected, policy)
 
 
 def _redirect_url(base: str, location: str) -> str:
@@ -527,6 +543,9 @@ async def _get(target: _Target, ip: IPAddress, expected: MediaKind,
     except httpx.TimeoutException:
         raise _Refused(f"loading the {expected} timed out after "
                        f"{policy.timeout_seconds:g} s") from None
+    except httpx.ConnectError as exc:
+        raise _ConnectFailed(f"fetching the {expected} from {_show(target.host)} failed: "
+                             f"{_show(str(exc) or 'cannot connect', 160)}") from None
     except (httpx.HTTPError, httpx.InvalidURL, httpx.StreamError, OSError, ValueError) as exc:
         detail = str(exc) or type(exc).__name__
         raise _Refused(f"fetching the {expected} from {_show(target.host)} failed: "

@@ -50,6 +50,7 @@ HTML = b"<!DOCTYPE html><html><body><h1>Not an image</h1></body></html>"
 DEFAULT = MediaPolicy(timeout_seconds=5)
 LOCAL = MediaPolicy(timeout_seconds=5, allowed_private_networks=("127.0.0.1/32",))
 PARAM = "messages[0].content[1].image_url.url"
+PNG_B64 = base64.b64encode(samples.png()).decode()
 
 
 # --- servers ---------------------------------------------------------------------------------
@@ -411,6 +412,16 @@ def test_the_checked_address_is_the_one_connected_to(web: Server, other: Server,
     assert other.paths() == []
 
 
+def test_the_next_checked_address_is_tried_when_one_does_not_connect(web: Server,
+                                                                     dns: FakeDNS) -> None:
+    dns.answers["multi.test"] = [["127.0.0.3", "127.0.0.1"]]  # nothing listens on 127.0.0.3
+    policy = MediaPolicy(timeout_seconds=5, allowed_private_networks=("127.0.0.0/30",))
+    assert load(web.url("/image.png", "multi.test"), policy=policy).mime == "image/png"
+    dns.answers["down.test"] = [["127.0.0.3"]]
+    message = refused(web.url("/image.png", "down.test"), policy=policy)
+    assert message.startswith("fetching the image from 'down.test' failed:")
+
+
 def test_unresolvable_host(dns: FakeDNS) -> None:
     dns.answers["nowhere.test"] = [[]]
     assert refused("http://nowhere.test/image.png") == "could not resolve the host 'nowhere.test'"
@@ -589,6 +600,7 @@ def test_https_connects_to_the_checked_address_with_the_name_in_sni_and_host(
 @pytest.mark.parametrize("url,words", [
     ("", "empty URL"),
     ("image.png", "not an absolute URL"),
+    (PNG_B64, "inline bytes go in a data: URL, data:<mime>;base64,<data>"),
     ("/etc/passwd", "not an absolute URL"),
     ("//example.com/image.png", "not an absolute URL"),
     ("ftp://example.com/image.png", "unsupported URL scheme 'ftp'"),
@@ -625,7 +637,6 @@ def test_bad_urls_are_refused_naming_the_problem(url: str, words: str) -> None:
 
 # --- data: URLs and base64 -------------------------------------------------------------------
 
-PNG_B64 = base64.b64encode(samples.png()).decode()
 SMALL = MediaPolicy(image_max_bytes=1000, audio_max_bytes=1000)
 
 
