@@ -13,6 +13,7 @@
 #   "prometheus-client>=0.20",
 #   "gguf>=0.10",
 #   "h11>=0.14",
+#   "httpx>=0.27",
 # ]
 # ///
 """llamaserve: load the config, build the engine and the app, run uvicorn."""
