@@ -81,7 +81,7 @@ class EmbeddingCache:
 
     def put(self, key: str, rows: np.ndarray) -> None:
         self._remember(key, rows)
-        if self._writer is not None and rows.nbytes + 4096 <= self.max_bytes:
+        if self._writer is not None and rows.nbytes < self.max_bytes:
             self._writer.submit(self._write, key, rows)
 
     def _remember(self, key: str, rows: np.ndarray) -> None:
@@ -129,6 +129,8 @@ class EmbeddingCache:
         header = json.dumps({"key": key, "compat": self.compat, "n_tokens": rows.shape[0],
                              "n_embd": rows.shape[1], "crc32": zlib.crc32(body)}).encode()
         size = len(MAGIC) + len(header) + 1 + len(body)
+        if size > self.max_bytes:
+            return
         try:
             with self._lock:
                 if name in self._files:
