@@ -128,6 +128,7 @@ def build_app(config: Config, engine: Engine, manage_engine: bool = True) -> Sta
                                            or os.environ.get("LLAMASERVE_REASONING_KEY"),
                                            config.model.served_name()))
     engine.render_special = marker_tokens(engine.runner, state.layout)
+    _ = state.media_policy  # a bad model.mtmd domain or network fails the start here
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

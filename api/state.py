@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -43,8 +44,9 @@ class ServerState:
     def projector(self) -> Projector | None:
         return self.client.engine.projector
 
-    @property
+    @functools.cached_property
     def media_policy(self) -> MediaPolicy | None:
+        """Where media may come from (built once; a bad entry fails the start)."""
         mtmd = self.config.model.mtmd
         return None if mtmd is None else media_policy(mtmd)
 

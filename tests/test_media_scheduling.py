@@ -12,6 +12,7 @@ from collections import Counter
 
 import numpy as np
 import pytest
+from test_prefix_cache import check_in_sync, step
 
 from engine.media.spans import (
     MediaSpan,
@@ -25,7 +26,6 @@ from engine.prefix_cache import PrefixCache
 from engine.request import Request, SamplingParams
 from engine.scheduler import Scheduler
 from fake_kv import FakeKv
-from test_prefix_cache import check_in_sync, step
 
 TEXT_A = list(range(100, 400))  # 300 text tokens
 TEXT_B = list(range(500, 520))

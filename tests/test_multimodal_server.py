@@ -15,7 +15,6 @@ import base64
 import io
 import json
 import math
-import os
 import random
 import struct
 import threading
@@ -26,14 +25,14 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import httpx
 import pytest
+from make_test_models import read_base_model, write_lora_adapter, write_projector
 from openai import BadRequestError, OpenAI
 
 from conftest import ServerProcess, qwen_config, require_model, start_server
-from make_test_models import read_base_model, write_lora_adapter, write_projector
 
 IMAGE_TOKENS = 4
 AUDIO_TOKENS = 375
@@ -70,12 +69,12 @@ def data_url(data: bytes, mime: str = "image/png") -> str:
 
 
 class MediaHandler(BaseHTTPRequestHandler):
-    routes: dict[str, Any] = {}
+    routes: ClassVar[dict[str, Any]] = {}
 
     def log_message(self, *args: Any) -> None:
         pass
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         route = self.routes.get(self.path)
         if route is None:
             self.send_error(404)
