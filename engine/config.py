@@ -122,6 +122,7 @@ class ModelConfig:
     n_seq_max: int = 4
     n_batch: int = 512
     n_ubatch: int = 512
+    prefill_chunk: int = 0  # prompt tokens per step while others generate; 0 = n_batch
     threads: int = field(default_factory=lambda: os.cpu_count() or 4)
     threads_batch: int | None = None
     kv_unified: bool = True

@@ -76,7 +76,7 @@ class Engine:
         self.cache = PrefixCache(runner.n_seq_max, runner, capacity=runner.n_ctx,
                                  unified=runner.unified, n_swa=runner.n_swa, disk=self.disk,
                                  metrics=self.metrics, disk_adapters=self.default_adapters)
-        self.scheduler = Scheduler(self.cache, runner.n_batch)
+        self.scheduler = Scheduler(self.cache, runner.n_batch, cfg.prefill_chunk)
         self.embedder = EmbeddingRunner(runner, cfg) if (
             runner.embedding_only or cfg.embedding) else None
         self.embeds = EmbedQueue(self.embedder.n_batch if self.embedder else 0,

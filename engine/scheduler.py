@@ -44,9 +44,11 @@ class StepPlan:
 
 
 class Scheduler:
-    def __init__(self, cache: PrefixCache, n_batch: int) -> None:
+    def __init__(self, cache: PrefixCache, n_batch: int, prefill_chunk: int = 0) -> None:
         self.cache = cache
         self.n_batch = n_batch
+        # prompt tokens per step while others generate (their inter-token latency)
+        self.prefill_chunk = prefill_chunk or n_batch
         self.kv_capacity = cache.capacity
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
@@ -104,6 +106,8 @@ class Scheduler:
             room -= len(draft)
             plan.items.append(BatchItem(r, [*r.next_tokens(1), *draft], r.num_computed, True,
                                         len(draft)))
+        if plan.items:
+            budget = min(budget, self.prefill_chunk)
         for r in self.running:
             if budget <= 0:
                 break

@@ -123,3 +123,16 @@ def test_cancelling_a_waiting_request() -> None:
     assert list(s.waiting) == [a] and b.status is Status.FINISHED
     assert [i.request for i in s.schedule().items] == [a]
     assert not s.waiting
+
+
+def test_prefill_chunk_bounds_prompt_tokens_only_while_others_generate() -> None:
+    s = Scheduler(PrefixCache(4, FakeKv(), capacity=100_000), 512, prefill_chunk=64)
+    first = req(300)
+    s.add(first)
+    plan = s.schedule()
+    assert [len(i.tokens) for i in plan.items] == [300]  # nobody generates: the whole budget
+    run_step(s, plan)
+    second = req(300)
+    s.add(second)
+    plan = s.schedule()
+    assert [(i.request is first, len(i.tokens)) for i in plan.items] == [(True, 1), (False, 64)]
