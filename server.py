@@ -46,7 +46,7 @@ def check(argv: list[str]) -> int:
     except ConfigError as exc:
         print(f"llamaserve: config error: {exc}", file=sys.stderr)
         return 2
-    from engine.model_source import ModelSourceError, resolve
+    from engine.model_source import ModelSourceError, resolve, resolve_file
     from engine.runner import ModelLoadError, model_summary
 
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
@@ -61,6 +61,16 @@ def check(argv: list[str]) -> int:
             path = resolve(cfg)
             facts = ", ".join(f"{k} {v}" for k, v in model_summary(path).items())
             print(f"{what}: {path}: {facts}")
+        mtmd = config.model.mtmd
+        if mtmd is not None:
+            from engine.media.projector import projector_inputs
+
+            path = resolve_file(mtmd.mmproj_path, mtmd.mmproj_from_pretrained,
+                                "model.mtmd.mmproj_path")
+            print(f"projector: {path}: reads {projector_inputs(path)}")
+        for lora in config.model.loras:
+            path = resolve_file(lora.path, lora.from_pretrained, "model.loras")
+            print(f"LoRA adapter {lora.name}: {path}: scale {lora.scale:g}")
     except (ModelSourceError, ModelLoadError) as exc:
         print(f"llamaserve: {exc}", file=sys.stderr)
         return 1

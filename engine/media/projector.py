@@ -85,10 +85,18 @@ def projector_identity(path: str) -> dict[str, Any]:
     return {"mmproj": os.path.basename(path), "size": st.st_size, "mtime": int(st.st_mtime)}
 
 
+def projector_inputs(path: str) -> str:
+    """What a projector file reads ("images and audio", …), from its metadata only."""
+    M.mtmd_helper_log_set(_LOG_CALLBACK, None)
+    caps = M.mtmd_get_cap_from_file(path.encode())
+    kinds = [k for k, on in (("images", caps.inp_vision), ("audio", caps.inp_audio)) if on]
+    return " and ".join(kinds) or "nothing this version knows"
+
+
 class Projector:
     def __init__(self, path: str, model: Any, cfg: MtmdConfig, *, threads: int,
                  use_gpu: bool, n_ubatch: int) -> None:
-        M.mtmd_log_set(_LOG_CALLBACK, None)
+        M.mtmd_helper_log_set(_LOG_CALLBACK, None)  # mtmd's and its helpers' logs
         params = M.mtmd_context_params_default()
         params.use_gpu = use_gpu
         params.n_threads = threads
