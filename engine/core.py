@@ -16,17 +16,17 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from engine.caches.disk_cache import DiskCache, compat_key
+from engine.caches.prefix_cache import PrefixCache
 from engine.config import DiskCacheConfig, ModelConfig
 from engine.detokenizer import IncrementalDetokenizer
-from engine.disk_cache import DiskCache, compat_key
-from engine.draft import verify
-from engine.drafting import Drafting
+from engine.drafts.draft import verify
+from engine.drafts.drafting import Drafting
 from engine.embedding import EmbedItem, EmbedJob, EmbedQueue
 from engine.embedding_runner import EmbeddingRunner
 from engine.media.embedding_cache import EmbeddingCache
 from engine.media.projector import Projector
 from engine.metrics import EngineMetrics
-from engine.prefix_cache import PrefixCache
 from engine.request import Delta, EngineError, Request, RequestTimeout, Status, TokenLogprob
 from engine.runner import DECODE_NO_KV_SLOT, Runner
 from engine.scheduler import BatchItem, Scheduler, StepPlan

@@ -172,7 +172,7 @@ class Runner:
             self._keep.append(split)
             mp.tensor_split = split
         if cfg.draft_model == "draft-mtp":
-            mp.load_mtp = True  # the MTP layers, for an MTP context (engine.mtp_runner)
+            mp.load_mtp = True  # the MTP layers, for an MTP context (engine.drafts.mtp_runner)
         if cfg.use_mmap and cfg.use_mlock:
             mp.load_mode = L.LLAMA_LOAD_MODE_MMAP_MLOCK
         elif cfg.use_mlock:
@@ -530,7 +530,7 @@ class Runner:
         peak = float(logits[token])
         return token, 1.0 / float(np.exp(logits - peak, dtype=np.float64).sum())
 
-    # -- sequences (engine.prefix_cache.KvOps) ----------------------------------------
+    # -- sequences (engine.caches.prefix_cache.KvOps) ----------------------------------------
     def seq_clear(self, seq: int) -> None:
         L.llama_memory_seq_rm(self.mem, seq, -1, -1)
 

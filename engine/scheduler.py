@@ -6,7 +6,7 @@ always get their one token first (streams never stall behind a long prompt);
 the rest of the budget goes to chunked prefill, oldest first, then to waiting
 requests admitted in FIFO order while sequence ids and KV cells are free.
 Which sequence a request gets, and how much of its prompt is already computed
-there, is the prefix cache's decision (``engine.prefix_cache``).
+there, is the prefix cache's decision (``engine.caches.prefix_cache``).
 
 LoRA adapters apply to the whole llama context, so a step serves one adapter set: when
 requests with different sets are running, steps take turns between the sets (round
@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from engine.prefix_cache import PrefixCache
+from engine.caches.prefix_cache import PrefixCache
 from engine.request import Request, Status
 
 

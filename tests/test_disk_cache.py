@@ -6,8 +6,8 @@ import os
 import time
 from pathlib import Path
 
+from engine.caches.disk_cache import SUFFIX, DiskCache, compat_key
 from engine.config import DiskCacheConfig
-from engine.disk_cache import SUFFIX, DiskCache, compat_key
 
 
 def cache(path: Path, key: str = "k", max_bytes: int = 1 << 20, min_tokens: int = 4) -> DiskCache:

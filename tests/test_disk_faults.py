@@ -15,11 +15,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-import engine.disk_cache as disk_cache
+import engine.caches.disk_cache as disk_cache
 import kill9
 from conftest import gemma_config, start_server
+from engine.caches.disk_cache import SUFFIX, DiskCache
 from engine.config import DiskCacheConfig
-from engine.disk_cache import SUFFIX, DiskCache
 from engine.metrics import EngineMetrics
 
 

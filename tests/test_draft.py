@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.draft import (
+from engine.drafts.draft import (
     ALIGN,
     Acceptance,
     DraftState,

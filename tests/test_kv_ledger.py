@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from engine.kv_ledger import KvLedger
+from engine.caches.kv_ledger import KvLedger
 
 
 def test_copies_share_cells_and_tails_are_separate() -> None:

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from test_prefix_cache import check_in_sync, step
 
+from engine.caches.prefix_cache import PrefixCache
 from engine.media.spans import (
     MediaSpan,
     is_media_token,
@@ -22,7 +23,6 @@ from engine.media.spans import (
     segment_end,
     span_at,
 )
-from engine.prefix_cache import PrefixCache
 from engine.request import Request, SamplingParams
 from engine.scheduler import Scheduler
 from fake_kv import FakeKv

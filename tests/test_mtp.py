@@ -1,4 +1,4 @@
-"""MTP drafting's bookkeeping (engine.mtp.MtpDrafter) against a fake MTP context: which
+"""MTP drafting's bookkeeping (engine.drafts.mtp.MtpDrafter) against a fake MTP context: which
 hidden row each token is paired with, what is carried between batches, what is trimmed.
 (The llama.cpp side cannot run here: no model with MTP layers is available offline.)"""
 
@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from engine.mtp import NEXTN_SYMBOLS, MtpDrafter, NextnApi, Row
+from engine.drafts.mtp import NEXTN_SYMBOLS, MtpDrafter, NextnApi, Row
 
 Entry = tuple[int, int, int, Row, bool]
 

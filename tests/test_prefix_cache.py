@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from engine.caches.disk_cache import DiskCache
+from engine.caches.prefix_cache import PrefixCache
 from engine.config import DiskCacheConfig
-from engine.disk_cache import DiskCache
-from engine.prefix_cache import PrefixCache
 from engine.request import Request, SamplingParams
 from engine.scheduler import Scheduler, StepPlan
 from fake_kv import FakeKv

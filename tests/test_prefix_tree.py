@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from engine.prefix_tree import PrefixTree
+from engine.caches.prefix_tree import PrefixTree
 
 
 def lcp(a: list[int], b: list[int]) -> int:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 
-from engine.prefix_cache import PrefixCache
+from engine.caches.prefix_cache import PrefixCache
 from engine.request import Request, SamplingParams, Status
 from engine.scheduler import Scheduler, StepPlan
 from fake_kv import FakeKv

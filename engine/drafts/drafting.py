@@ -1,7 +1,7 @@
 """The engine's drafting: which sequences draft this step, and what they propose.
 
 Built from ``model.draft_model``: prompt lookup, a draft model, or the model's own MTP
-head (``engine.mtp``). Each step ``propose`` asks every generating sequence for a
+head (``engine.drafts.mtp``). Each step ``propose`` asks every generating sequence for a
 proposal, sizes all of them together with ``allocate`` (each sequence's acceptance
 history against the measured step times) and fills ``Request.draft``; the engine
 verifies the drafts after the batched decode and reports back through
@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 
 from engine.config import ModelConfig
-from engine.draft import (
+from engine.drafts.draft import (
     DraftState,
     PromptLookup,
     Proposal,
@@ -24,10 +24,10 @@ from engine.draft import (
     allocate,
     default_cost,
 )
-from engine.draft_model import DraftModel
+from engine.drafts.draft_model import DraftModel
+from engine.drafts.mtp import MtpDrafter
+from engine.drafts.mtp_runner import LlamaMtp, mtp_layers
 from engine.metrics import EngineMetrics
-from engine.mtp import MtpDrafter
-from engine.mtp_runner import LlamaMtp, mtp_layers
 from engine.request import Request
 from engine.runner import ModelLoadError, Runner
 from engine.scheduler import BatchItem

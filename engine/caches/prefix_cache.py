@@ -28,12 +28,12 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-from engine.kv_ledger import KvLedger
-from engine.prefix_tree import PrefixTree
+from engine.caches.kv_ledger import KvLedger
+from engine.caches.prefix_tree import PrefixTree
 from engine.request import Request
 
 if TYPE_CHECKING:
-    from engine.disk_cache import DiskCache
+    from engine.caches.disk_cache import DiskCache
     from engine.metrics import EngineMetrics
 
 log = logging.getLogger("llamaserve.prefix_cache")

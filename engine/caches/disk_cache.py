@@ -34,9 +34,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from engine.caches.prefix_tree import PrefixTree
 from engine.config import DiskCacheConfig
 from engine.metrics import EngineMetrics
-from engine.prefix_tree import PrefixTree
 
 log = logging.getLogger("llamaserve.disk_cache")
 

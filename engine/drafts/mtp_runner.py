@@ -1,4 +1,4 @@
-"""The llama.cpp side of MTP drafting (``engine.mtp.MtpBackend``): an MTP context over
+"""The llama.cpp side of MTP drafting (``engine.drafts.mtp.MtpBackend``): an MTP context over
 the target model, fed through llama.cpp's extended batch (a token plus the hidden row
 it is paired with) and ``llama_process``."""
 
@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from engine.config import ModelConfig
-from engine.mtp import NextnApi, Row
+from engine.drafts.mtp import NextnApi, Row
 from engine.runner import L, ModelLoadError, Runner
 
 
