@@ -51,30 +51,32 @@ def check(argv: list[str]) -> int:
 
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     logging.getLogger("llamaserve.runner").setLevel(logging.CRITICAL)
-    models = [("model", config.model)]
-    if config.model.draft_model == "draft-model":
-        models.append(("draft model", dataclasses.replace(
-            config.model, path=config.model.draft_model_path,
-            from_pretrained=config.model.draft_model_from_pretrained)))
+    models = []
+    for m in config.all_models:
+        models.append((f"model {m.served_name()}" if config.several else "model", m))
+        if m.draft_model == "draft-model":
+            models.append(("draft model", dataclasses.replace(
+                m, path=m.draft_model_path, from_pretrained=m.draft_model_from_pretrained)))
     try:
         for what, cfg in models:
             path = resolve(cfg)
             facts = ", ".join(f"{k} {v}" for k, v in model_summary(path).items())
             print(f"{what}: {path}: {facts}")
-        mtmd = config.model.mtmd
-        if mtmd is not None:
-            from engine.media.projector import projector_inputs
+        for m in config.all_models:
+            if m.mtmd is not None:
+                from engine.media.projector import projector_inputs
 
-            path = resolve_file(mtmd.mmproj_path, mtmd.mmproj_from_pretrained,
-                                "model.mtmd.mmproj_path")
-            print(f"projector: {path}: reads {projector_inputs(path)}")
-        for lora in config.model.loras:
-            path = resolve_file(lora.path, lora.from_pretrained, "model.loras")
-            print(f"LoRA adapter {lora.name}: {path}: scale {lora.scale:g}")
+                path = resolve_file(m.mtmd.mmproj_path, m.mtmd.mmproj_from_pretrained,
+                                    "model.mtmd.mmproj_path")
+                print(f"projector of {m.served_name()}: {path}: reads "
+                      f"{projector_inputs(path)}")
+            for lora in m.loras:
+                path = resolve_file(lora.path, lora.from_pretrained, "model.loras")
+                print(f"LoRA adapter {lora.name}: {path}: scale {lora.scale:g}")
     except (ModelSourceError, ModelLoadError) as exc:
         print(f"llamaserve: {exc}", file=sys.stderr)
         return 1
-    print(f"config ok: serves {config.model.served_name()} on "
+    print(f"config ok: serves {', '.join(m.served_name() for m in config.all_models)} on "
           f"{config.server.host}:{config.server.port}")
     return 0
 
@@ -118,29 +120,35 @@ def main(argv: list[str] | None = None) -> int:
 
     from api.app import build_app
     from api.lifecycle import Lifecycle, run
+    from engine.config import ModelConfig
     from engine.core import Engine
     from engine.media.projector import ProjectorError
     from engine.model_source import ModelSourceError, resolve, resolve_file
     from engine.runner import ModelLoadError, Runner
 
+    def load_engine(cfg: ModelConfig) -> Engine:
+        """One model of the config: its files resolved, loaded, its engine built."""
+        path = resolve(cfg)
+        draft_path = None
+        if cfg.draft_model == "draft-model":
+            draft_path = resolve(dataclasses.replace(
+                cfg, path=cfg.draft_model_path, from_pretrained=cfg.draft_model_from_pretrained))
+        mmproj_path = None if cfg.mtmd is None else resolve_file(
+            cfg.mtmd.mmproj_path, cfg.mtmd.mmproj_from_pretrained, "model.mtmd.mmproj_path")
+        lora_paths = {x.name: resolve_file(x.path, x.from_pretrained, "model.loras")
+                      for x in cfg.loras}
+        runner = Runner(path, cfg)
+        try:
+            return Engine(runner, cfg, disk_cache=config.disk_cache_for(cfg),
+                          draft_path=draft_path, mmproj_path=mmproj_path, lora_paths=lora_paths)
+        except BaseException:
+            runner.close()
+            raise
+
     def load_app() -> Starlette:
         try:
-            path = resolve(config.model)
-            draft_path = None
-            if config.model.draft_model == "draft-model":
-                draft_path = resolve(dataclasses.replace(
-                    config.model, path=config.model.draft_model_path,
-                    from_pretrained=config.model.draft_model_from_pretrained))
-            mtmd = config.model.mtmd
-            mmproj_path = None if mtmd is None else resolve_file(
-                mtmd.mmproj_path, mtmd.mmproj_from_pretrained, "model.mtmd.mmproj_path")
-            lora_paths = {x.name: resolve_file(x.path, x.from_pretrained, "model.loras")
-                          for x in config.model.loras}
-            runner = Runner(path, config.model)
-            engine = Engine(runner, config.model, disk_cache=config.disk_cache,
-                            draft_path=draft_path, mmproj_path=mmproj_path,
-                            lora_paths=lora_paths)
-            return build_app(config, engine, manage_engine=False)
+            return build_app(config, load_engine(config.model), manage_engine=False,
+                             load_engine=load_engine)
         except (ModelSourceError, ModelLoadError, ProjectorError, ValueError, OSError) as exc:
             raise RuntimeError(str(exc)) from exc
 

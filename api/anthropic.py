@@ -30,7 +30,7 @@ from api.errors import APIError, anthropic_error
 from api.gate import note_usage
 from api.messages import parse_messages, render
 from api.params import Body, read_json, sampling
-from api.state import ServerState
+from api.state import ModelState, ServerState
 from api.streaming import ChoiceResult, collect, unless_disconnected, with_keepalive
 from api.tools import parse_rules
 from parsers import json_text
@@ -70,10 +70,11 @@ def _usage(res: ChoiceResult) -> dict[str, Any]:
             "output_tokens": res.completion_tokens}
 
 
-async def _start(request: Request) -> tuple[ServerState, MessagesRequest, list[dict[str, Any]],
+async def _start(request: Request) -> tuple[ModelState, MessagesRequest, list[dict[str, Any]],
                                             Body]:
-    state: ServerState = request.app.state.llama
-    body = Body(await read_json(request, state.body_limits))
+    server: ServerState = request.app.state.llama
+    body = Body(await read_json(request, server.body_limits))
+    state = await server.route(body.data.get("model"), request.scope)
     state.require_chat()
     req = parse_messages_request(body, count_only=request.url.path.endswith("count_tokens"))
     media = state.media_refs()

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -27,20 +27,21 @@ from api.infill import infill
 from api.lora import adapter_scale
 from api.playground import playground
 from api.reasoning_seal import ReasoningSeal
+from api.registry import ModelRegistry
 from api.response_store import ResponseStore
 from api.responses import create_response, delete_response, get_response
 from api.responses_ws import responses_websocket
-from api.state import ServerState
+from api.state import ModelState, ServerState
 from api.tokenize import detokenize, tokenize
-from engine.config import Config
+from engine.config import Config, ModelConfig
 from engine.core import Engine
 from engine.runner import Runner
 from parsers.chat_template import ChatTemplate, TemplateError
 from parsers.response_schema import SchemaError, StreamLayout, stream_layout
 
 
-def load_layout(config: Config) -> StreamLayout:
-    schema = config.model.response_schema
+def load_layout(cfg: ModelConfig) -> StreamLayout:
+    schema = cfg.response_schema
     if not schema:
         return StreamLayout()  # everything the model writes is content
     try:
@@ -63,46 +64,88 @@ def marker_tokens(runner: Runner, layout: StreamLayout) -> frozenset[int]:
 
 
 async def list_models(request: Request) -> Response:
-    state: ServerState = request.app.state.llama
-    runner = state.runner
-    meta: dict[str, Any] = {"n_ctx": runner.n_ctx, "n_ctx_seq": runner.n_ctx_seq,
-                            "n_seq_max": runner.n_seq_max}
-    if state.projector is not None:
-        meta["input_modalities"] = ["text", *(["image"] if state.projector.vision else []),
-                                    *(["audio"] if state.projector.audio else [])]
-    loaded = [x for x in state.config.model.loras if x.name in runner.adapters]
-    if loaded:
-        meta["lora"] = [{"id": i, "name": x.name, "scale": x.scale}
-                        for i, x in enumerate(loaded)]
-    data = [{"id": state.model_name, "object": "model", "created": state.created,
-             "owned_by": "llamaserve", "meta": meta}]
-    # one entry per adapter, as vLLM lists them: naming it as the model applies it
-    data += [{"id": x.name, "object": "model", "created": state.created,
-              "owned_by": "llamaserve", "root": state.model_name, "parent": state.model_name,
-              "meta": {"lora": {"id": i, "scale": adapter_scale(x)}}}
-             for i, x in enumerate(loaded)]
+    server: ServerState = request.app.state.llama
+    data = []
+    for entry in server.registry.entries.values():
+        cfg, state = entry.config, entry.state
+        meta: dict[str, Any] = {"loaded": state is not None}
+        if state is not None:
+            runner = state.runner
+            meta.update(n_ctx=runner.n_ctx, n_ctx_seq=runner.n_ctx_seq,
+                        n_seq_max=runner.n_seq_max)
+            if state.projector is not None:
+                meta["input_modalities"] = ["text",
+                                            *(["image"] if state.projector.vision else []),
+                                            *(["audio"] if state.projector.audio else [])]
+        if cfg.loras:
+            meta["lora"] = [{"id": i, "name": x.name, "scale": x.scale}
+                            for i, x in enumerate(cfg.loras)]
+        data.append({"id": entry.name, "object": "model", "created": server.created,
+                     "owned_by": "llamaserve", "meta": meta})
+        # one entry per adapter, as vLLM lists them: naming it as the model applies it
+        data += [{"id": x.name, "object": "model", "created": server.created,
+                  "owned_by": "llamaserve", "root": entry.name, "parent": entry.name,
+                  "meta": {"lora": {"id": i, "scale": adapter_scale(x)}}}
+                 for i, x in enumerate(cfg.loras)]
     return JSONResponse({"object": "list", "data": data})
 
 
 async def healthz(request: Request) -> Response:
-    state: ServerState = request.app.state.llama
-    engine = state.client.engine
-    if not engine.alive:
-        return JSONResponse({"status": "error", "reason": engine.failure or "engine stopped"},
-                            status_code=503)
-    if state.gate.draining:
+    server: ServerState = request.app.state.llama
+    for state in server.registry.loaded_states():
+        engine = state.client.engine
+        if not engine.alive and engine.failure is not None:
+            return JSONResponse({"status": "error", "model": state.model_name,
+                                 "reason": engine.failure}, status_code=503)
+    if server.gate.draining:
         return JSONResponse({"status": "draining"}, status_code=503)
-    return JSONResponse({"status": "ok", "model": state.model_name})
+    return JSONResponse({"status": "ok", "model": server.registry.first})
 
 
 async def metrics(request: Request) -> Response:
-    state: ServerState = request.app.state.llama
-    return Response(generate_latest(state.client.engine.metrics.registry),
-                    media_type=CONTENT_TYPE_LATEST)
+    server: ServerState = request.app.state.llama
+    return Response(server_metrics(server), media_type=CONTENT_TYPE_LATEST)
 
 
-def load_template(config: Config, engine: Engine) -> ChatTemplate | None:
-    source = config.model.chat_template or engine.runner.chat_template()
+def server_metrics(server: ServerState) -> bytes:
+    """One model: its engine's registry (which also holds the HTTP metrics), as always.
+    Several: the server's HTTP metrics, then every loaded engine's series with a
+    ``model`` label, and ``llamaserve_model_loaded``."""
+    if not server.config.several:
+        first = server.registry.loaded(server.registry.first)
+        return generate_latest(server.http_registry if first is None
+                               else first.client.engine.metrics.registry)
+    out = [generate_latest(server.http_registry).decode()]
+    seen: set[str] = set()
+    lines = ["# HELP llamaserve_model_loaded Whether the model is loaded (1) or not (0).",
+             "# TYPE llamaserve_model_loaded gauge"]
+    for entry in server.registry.entries.values():
+        loaded = int(entry.state is not None)
+        lines.append(f'llamaserve_model_loaded{{model="{_escape(entry.name)}"}} {loaded}')
+        if entry.state is None:
+            continue
+        text = generate_latest(entry.state.client.engine.metrics.registry).decode()
+        for line in text.splitlines():
+            if line.startswith("#"):
+                if line not in seen:
+                    seen.add(line)
+                    lines.append(line)
+                continue
+            name, _, rest = line.partition(" ")
+            label = f'model="{_escape(entry.name)}"'
+            name = name.replace("{", "{" + label + ",", 1) if "{" in name \
+                else f"{name}{{{label}}}"
+            lines.append(f"{name} {rest}")
+    out.append("\n".join(lines) + "\n")
+    return "".join(out).encode()
+
+
+def _escape(label: str) -> str:
+    return label.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def load_template(cfg: ModelConfig, engine: Engine) -> ChatTemplate | None:
+    source = cfg.chat_template or engine.runner.chat_template()
     if not source:
         return None
     try:
@@ -112,33 +155,52 @@ def load_template(config: Config, engine: Engine) -> ChatTemplate | None:
         raise ValueError(f"model.chat_template: {exc}") from exc
 
 
-def build_app(config: Config, engine: Engine, manage_engine: bool = True) -> Starlette:
-    """The Starlette app. With ``manage_engine`` its lifespan starts and stops the engine;
-    ``api.lifecycle`` does that itself (the model loads after the port opens)."""
-    client = EngineClient(engine, workers=config.server.prepare_workers,
-                          max_queue=config.server.max_queue,
-                          request_timeout=config.server.request_timeout,
-                          max_buffered=config.server.max_buffered_steps)
-    state = ServerState(config=config, client=client, model_name=config.model.served_name(),
-                        template=load_template(config, engine), layout=load_layout(config),
-                        responses=ResponseStore(config.server.responses_store_max,
-                                                config.server.responses_store_max_bytes,
-                                                config.server.responses_store_ttl),
-                        seal=ReasoningSeal(config.server.reasoning_key
-                                           or os.environ.get("LLAMASERVE_REASONING_KEY"),
-                                           config.model.served_name()))
+def model_state(server: ServerState, cfg: ModelConfig, engine: Engine) -> ModelState:
+    """A loaded model as handlers see it: its engine client, template and layout."""
+    s = server.config.server
+    client = EngineClient(engine, workers=s.prepare_workers, max_queue=s.max_queue,
+                          request_timeout=s.request_timeout, max_buffered=s.max_buffered_steps)
+    state = ModelState(server, cfg, client, template=load_template(cfg, engine),
+                       layout=load_layout(cfg))
     engine.render_special = marker_tokens(engine.runner, state.layout)
-    _ = state.media_policy  # a bad model.mtmd domain or network fails the start here
+    _ = state.media_policy  # a bad model.mtmd domain or network fails the load here
+    return state
+
+
+def build_app(config: Config, engine: Engine, manage_engine: bool = True,
+              load_engine: Callable[[ModelConfig], Engine] | None = None) -> Starlette:
+    """The Starlette app around the first model's (already loaded) ``engine``;
+    ``load_engine`` loads the others of a ``models`` list on demand. With
+    ``manage_engine`` its lifespan starts and stops the engines; ``api.lifecycle`` does
+    that itself (the model loads after the port opens)."""
+    server = ServerState(config=config, registry=None,  # type: ignore[arg-type]
+                         responses=ResponseStore(config.server.responses_store_max,
+                                                 config.server.responses_store_max_bytes,
+                                                 config.server.responses_store_ttl),
+                         seal=ReasoningSeal(config.server.reasoning_key
+                                            or os.environ.get("LLAMASERVE_REASONING_KEY"),
+                                            config.model.served_name()))
+
+    def load(cfg: ModelConfig) -> ModelState:
+        if load_engine is None:
+            raise RuntimeError("this server was built without a model loader")
+        return model_state(server, cfg, load_engine(cfg))
+
+    server.registry = ModelRegistry(config, load)
+    server.registry.adopt(model_state(server, config.model, engine))
+    # HTTP metrics: in the engine's registry with one model (as before), else the server's
+    server.http_registry = engine.metrics.registry if not config.several \
+        else CollectorRegistry()
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         if manage_engine:
-            client.start()
+            server.start()
         try:
             yield
         finally:
             if manage_engine:
-                client.stop()
+                server.registry.stop()
 
     routes = [
         Route("/v1/completions", create_completion, methods=["POST"]),
@@ -167,12 +229,12 @@ def build_app(config: Config, engine: Engine, manage_engine: bool = True) -> Sta
             allow_methods=list(cors.allow_methods), allow_headers=list(cors.allow_headers),
             allow_credentials=cors.allow_credentials))
     middleware.append(Middleware(Gate, cfg=config.server,
-                                 metrics=HttpMetrics(engine.metrics.registry), state=state.gate))
+                                 metrics=HttpMetrics(server.http_registry), state=server.gate))
     app = Starlette(routes=routes, lifespan=lifespan, middleware=middleware,
                     exception_handlers={
         APIError: api_error_handler,
         HTTPException: http_error_handler,
         Exception: unhandled_error_handler,
     })
-    app.state.llama = state
+    app.state.llama = server
     return app

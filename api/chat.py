@@ -17,7 +17,7 @@ from api.media import load as load_media
 from api.media import tokenize as tokenize_media
 from api.messages import parse_messages, render
 from api.params import Body, read_json, sampling
-from api.state import ServerState, new_id
+from api.state import ModelState, ServerState, new_id
 from api.streaming import (
     DONE,
     ChoiceResult,
@@ -72,7 +72,7 @@ def _prepare(runner: Runner, template: ChatTemplate, layout: StreamLayout,
     return Prepared(tokens, params, in_reasoning, spans)
 
 
-async def prepare(state: ServerState, messages: list[dict[str, Any]], rules: OutputRules,
+async def prepare(state: ModelState, messages: list[dict[str, Any]], rules: OutputRules,
                   extra: dict[str, Any], params: SamplingParams, *, messages_param: str,
                   format_param: str, media: MediaRefs | None = None) -> Prepared:
     """Load the request's media, then ``_prepare`` on the pool; template and grammar
@@ -121,8 +121,9 @@ def _message(m: MessageDelta) -> dict[str, Any]:
 
 
 async def create_chat_completion(request: Request) -> Response:
-    state: ServerState = request.app.state.llama
-    body = Body(await read_json(request, state.body_limits))
+    server: ServerState = request.app.state.llama
+    body = Body(await read_json(request, server.body_limits))
+    state = await server.route(body.data.get("model"), request.scope)
     state.require_chat()
     media = state.media_refs()
     messages = parse_messages(body, media)

@@ -90,8 +90,9 @@ def _generated(entries: list[TokenLogprob]) -> list[tuple[int, TokenLogprob | No
 
 
 async def create_completion(request: Request) -> Response:
-    state: ServerState = request.app.state.llama
-    body = Body(await read_json(request, state.body_limits))
+    server: ServerState = request.app.state.llama
+    body = Body(await read_json(request, server.body_limits))
+    state = await server.route(body.data.get("model"), request.scope)
     state.require_generative()
     suffix = body.string("suffix") if body.data.get("suffix") is not None else None
     n = body.integer("n", 1, 1, state.max_n) or 1

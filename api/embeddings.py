@@ -87,8 +87,9 @@ def encode(vectors: np.ndarray, dimensions: int | None, fmt: str) -> list[Any]:
 
 
 async def create_embedding(request: Request) -> Response:
-    state: ServerState = request.app.state.llama
-    body = Body(await read_json(request, state.body_limits))
+    server: ServerState = request.app.state.llama
+    body = Body(await read_json(request, server.body_limits))
+    state = await server.route(body.data.get("model"), request.scope)
     embedder = state.client.engine.embedder
     if embedder is None:
         raise APIError("This model does not serve embeddings; set model.embedding: true in the "
@@ -98,7 +99,7 @@ async def create_embedding(request: Request) -> Response:
         raise invalid("encoding_format", "'encoding_format' must be 'float' or 'base64'")
     dimensions = body.integer("dimensions", None, 1, embedder.n_embd)
     texts, token_lists = parse_input(body, state.runner.n_vocab,
-                                     reject_ids=state.config.model.reject_token_id_inputs)
+                                     reject_ids=state.model_config.reject_token_id_inputs)
     if texts is not None:
         token_lists = await state.client.run(_tokenize_all, state.runner, texts)
     assert token_lists is not None

@@ -186,6 +186,8 @@ class Gate:
         try:
             await self.app(scope, receive, wrapped)
         finally:
+            for release in scope["llamaserve"].pop("leases", []):
+                release()  # the models this request used may be unloaded again
             if counted:
                 self.state.in_flight -= 1
                 self.metrics.in_flight.dec()

@@ -27,7 +27,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from api.errors import APIError, invalid
 from api.params import Body, read_json, sampling
-from api.state import ServerState
+from api.state import ModelState, ServerState
 from api.streaming import ChoiceResult, collect, sse, unless_disconnected, with_keepalive
 from engine.runner import FimTokens, Runner
 
@@ -107,7 +107,7 @@ def parse_infill(body: Body) -> InfillInput:
                        _texts(body.data.get("prompt"), "prompt"))
 
 
-def _room(state: ServerState, max_tokens: int | None) -> int:
+def _room(state: ModelState, max_tokens: int | None) -> int:
     room = state.runner.n_ctx_seq - (max_tokens or 16)
     if room < 8:
         raise invalid("n_predict", "no room for a prompt in the context after the answer")
@@ -122,8 +122,9 @@ async def infill(request: Request) -> Response:
     """llama-server's ``/infill``: ``input_prefix``, ``input_suffix``, ``input_extra``,
     ``prompt``; ``n_predict`` and the sampling fields; answers ``{"content", …}`` or,
     with ``stream``, SSE chunks of ``{"content", "stop"}``."""
-    state: ServerState = request.app.state.llama
-    data = await read_json(request, state.body_limits)
+    server: ServerState = request.app.state.llama
+    data = await read_json(request, server.body_limits)
+    state = await server.route(data.get("model"), request.scope)
     state.require_generative()
     n_predict = Body(data).integer("n_predict", None, -1)
     fields = {k: v for k, v in data.items() if k not in ("n_predict", "max_tokens")}

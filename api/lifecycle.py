@@ -73,7 +73,8 @@ class Lifecycle:
             elif message["type"] == "lifespan.shutdown":
                 state = self.state
                 if state is not None:
-                    await asyncio.get_running_loop().run_in_executor(None, state.client.stop)
+                    await asyncio.get_running_loop().run_in_executor(None,
+                                                                     state.registry.stop)
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 
@@ -87,7 +88,7 @@ class Lifecycle:
             if self.server is not None:
                 self.server.should_exit = True
             return
-        app.state.llama.client.start()
+        app.state.llama.start()
         self.app = app
         log.info("model loaded; serving")
         await self._watch_engine(app.state.llama)
@@ -97,11 +98,13 @@ class Lifecycle:
         503; after ``server.engine_failure_exit`` seconds the process exits with status 1
         so a supervisor (systemd ``Restart=on-failure``) starts a fresh one."""
         delay = state.config.server.engine_failure_exit
-        engine = state.client.engine
-        while engine.alive or engine.failure is None:
+        engine = None
+        while engine is None:
             if self.server is not None and self.server.should_exit:
                 return
             await asyncio.sleep(0.25)
+            engine = next((m.client.engine for m in state.registry.loaded_states()
+                           if not m.client.engine.alive and m.client.engine.failure), None)
         if delay is None:
             log.error("engine thread died (%s); serving 503 until restarted", engine.failure)
             return
@@ -133,8 +136,11 @@ class Lifecycle:
         while self._busy(state) and (deadline is None or time.monotonic() < deadline):
             await asyncio.sleep(0.05)
         if self._busy(state):
-            log.warning("drain timeout: cancelling %d sequence(s)", state.client.outstanding)
-            state.client.cancel_all()
+            models = state.registry.loaded_states()
+            log.warning("drain timeout: cancelling %d sequence(s)",
+                        sum(m.client.outstanding for m in models))
+            for m in models:
+                m.client.cancel_all()
             end = time.monotonic() + 5
             while self._busy(state) and time.monotonic() < end:
                 await asyncio.sleep(0.05)
@@ -142,7 +148,8 @@ class Lifecycle:
 
     @staticmethod
     def _busy(state: ServerState) -> bool:
-        return state.gate.in_flight > 0 or state.client.outstanding > 0
+        return state.gate.in_flight > 0 or any(
+            m.client.outstanding > 0 for m in state.registry.loaded_states())
 
 
 class DrainingServer(uvicorn.Server):

@@ -18,7 +18,7 @@ from api.messages import parse_messages
 from api.params import Body, read_json, sampling
 from api.response_events import Event, ResponseBuilder
 from api.responses_request import ResponseRequest, parse_request
-from api.state import ServerState, new_id
+from api.state import ModelState, ServerState, new_id
 from api.streaming import with_keepalive
 from api.tools import parse_rules
 from parsers.message_stream import MessageDelta, MessageStream
@@ -29,7 +29,7 @@ class ResponseRun:
     After ``events()`` is exhausted, ``builder`` holds the response object and
     ``conversation`` the chat messages through this response's output."""
 
-    def __init__(self, state: ServerState, req: ResponseRequest,
+    def __init__(self, state: ModelState, req: ResponseRequest,
                  history: list[dict[str, Any]],
                  scope: MutableMapping[str, Any] | None = None) -> None:
         self.state, self.req = state, req
@@ -106,7 +106,7 @@ class ResponseRun:
             yield event
 
 
-def _history(state: ServerState, previous: str | None,
+def _history(state: ModelState, previous: str | None,
              local: dict[str, list[dict[str, Any]]] | None = None) -> list[dict[str, Any]]:
     if previous is None:
         return []
@@ -119,7 +119,7 @@ def _history(state: ServerState, previous: str | None,
     return stored.conversation
 
 
-def _store(state: ServerState, run: ResponseRun) -> None:
+def _store(state: ModelState, run: ResponseRun) -> None:
     if run.req.store:
         state.responses.put(run.builder.response(), run.conversation)
 
@@ -130,8 +130,9 @@ def sse_event(event: Event) -> bytes:
 
 
 async def create_response(request: Request) -> Response:
-    state: ServerState = request.app.state.llama
-    body = Body(await read_json(request, state.body_limits))
+    server: ServerState = request.app.state.llama
+    body = Body(await read_json(request, server.body_limits))
+    state = await server.route(body.data.get("model"), request.scope)
     state.require_chat()
     req = parse_request(body, state.seal.open)
     run = ResponseRun(state, req, _history(state, req.previous_response_id), request.scope)

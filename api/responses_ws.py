@@ -93,14 +93,15 @@ class Connection:
             return
         body = {k: v for k, v in data.items() if k not in ("type", "stream", "stream_id")}
         try:
-            self.state.require_chat()
-            req = parse_request(Body(body), self.state.seal.open)
-            history = _history(self.state, req.previous_response_id, self.history)
+            state = await self.state.route(body.get("model"))
+            state.require_chat()
+            req = parse_request(Body(body), state.seal.open)
+            history = _history(state, req.previous_response_id, self.history)
         except APIError as exc:
             await self.send(_error(exc.code or "invalid_request", exc.message, type=exc.type,
                                    param=exc.param, status=exc.status))
             return
-        run = ResponseRun(self.state, req, history)
+        run = ResponseRun(state, req, history)
         self.task = asyncio.create_task(self.run(run))
 
     async def run(self, run: ResponseRun) -> None:
@@ -131,7 +132,7 @@ class Connection:
         self.history[rid] = run.conversation
         while len(self.history) > self.state.config.server.websocket_history:
             self.history.popitem(last=False)
-        _store(self.state, run)
+        _store(run.state, run)
 
 
 async def responses_websocket(ws: WebSocket) -> None:

@@ -1,11 +1,19 @@
-"""What every route handler needs, built once at start-up."""
+"""What every route handler needs: the server-wide state, and one model's state.
+
+``ServerState`` is built once at start-up (config, the response store, the gate, the
+model registry). A handler reads its body, then asks ``ServerState.route`` for the
+``ModelState`` of the model the request names: its engine client, template, layout and
+per-model helpers, loaded on demand (``api.registry``).
+"""
 
 from __future__ import annotations
 
 import functools
 import time
 import uuid
+from collections.abc import MutableMapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from api.body import BodyLimits
 from api.engine_client import EngineClient
@@ -17,29 +25,110 @@ from api.media_fetch import MediaPolicy
 from api.params import Body
 from api.reasoning_seal import ReasoningSeal
 from api.response_store import ResponseStore
-from engine.config import Config
+from engine.config import Config, ModelConfig
 from engine.media.projector import Projector
 from engine.runner import Runner
 from parsers.chat_template import ChatTemplate
 from parsers.response_schema import StreamLayout
 
+if TYPE_CHECKING:
+    from api.registry import ModelRegistry
+
 
 @dataclass
 class ServerState:
     config: Config
-    client: EngineClient
-    model_name: str
-    template: ChatTemplate | None
-    layout: StreamLayout = field(default_factory=StreamLayout)  # from model.response_schema
+    registry: ModelRegistry
     responses: ResponseStore = field(default_factory=lambda: ResponseStore(1000, 1 << 26, 3600))
     gate: GateState = field(default_factory=GateState)
     created: int = field(default_factory=lambda: int(time.time()))
     seal: ReasoningSeal = field(default_factory=lambda: ReasoningSeal(None, ""))
+    http_registry: Any = None  # prometheus registry of the HTTP metrics (api.gate)
+
+    def start(self) -> None:
+        """Start the first model's engine and the idle unloader (in the event loop)."""
+        self.default.client.start()
+        self.registry.start()
+
+    async def route(self, model: Any, scope: MutableMapping[str, Any] | None = None) -> ModelState:
+        """The model a request's ``model`` field names (loaded if it is not). No name: the
+        first model. An adapter's name: its model. With a ``models`` list, an unknown name
+        is a 404 ``model_not_found``; a single ``model`` serves any name. With the request's
+        ASGI ``scope``, the model stays loaded until the response has been sent."""
+        return await self.registry.acquire(self.registry.resolve(model), scope)
+
+    @property
+    def default(self) -> ModelState:
+        """The first model, loaded (single-model servers and model-less routes)."""
+        state = self.registry.loaded(self.registry.first)
+        if state is None:
+            raise APIError("The model is not loaded", status=503, code="loading")
+        return state
+
+    @property
+    def body_limits(self) -> BodyLimits:
+        s = self.config.server
+        return BodyLimits(max_bytes=s.max_body_bytes, max_depth=s.max_json_depth,
+                          max_string=s.max_string_length, max_items=s.max_array_length,
+                          max_number=s.max_number_length, timeout=s.body_timeout)
+
+    @property
+    def max_body_bytes(self) -> int:
+        return self.config.server.max_body_bytes
+
+    @property
+    def max_n(self) -> int:
+        return self.config.server.max_n
+
+
+@dataclass
+class ModelState:
+    """One loaded model, with the server-wide state a handler also needs."""
+
+    server: ServerState
+    model_config: ModelConfig
+    client: EngineClient
+    template: ChatTemplate | None
+    layout: StreamLayout = field(default_factory=StreamLayout)  # from model.response_schema
+
+    @property
+    def model_name(self) -> str:
+        return self.model_config.served_name()
 
     @property
     def runner(self) -> Runner:
         return self.client.engine.runner
 
+    # the server-wide parts, so handlers read one object
+    @property
+    def config(self) -> Config:
+        return self.server.config
+
+    @property
+    def responses(self) -> ResponseStore:
+        return self.server.responses
+
+    @property
+    def gate(self) -> GateState:
+        return self.server.gate
+
+    @property
+    def created(self) -> int:
+        return self.server.created
+
+    @property
+    def seal(self) -> ReasoningSeal:
+        return self.server.seal
+
+    @property
+    def body_limits(self) -> BodyLimits:
+        return self.server.body_limits
+
+    @property
+    def max_n(self) -> int:
+        return self.server.max_n
+
+    # -- this model --------------------------------------------------------------------
     @property
     def projector(self) -> Projector | None:
         return self.client.engine.projector
@@ -47,19 +136,19 @@ class ServerState:
     @functools.cached_property
     def media_policy(self) -> MediaPolicy | None:
         """Where media may come from (built once; a bad entry fails the start)."""
-        mtmd = self.config.model.mtmd
+        mtmd = self.model_config.mtmd
         return None if mtmd is None else media_policy(mtmd)
 
     def adapters(self, body: Body) -> Adapters:
         """The LoRA set a request runs under (``api.lora``); 400 for an unknown one."""
         engine = self.client.engine
-        loaded = [x for x in self.config.model.loras if x.name in engine.runner.adapters]
+        loaded = [x for x in self.model_config.loras if x.name in engine.runner.adapters]
         return request_adapters(body, loaded, engine.default_adapters)
 
     def media_refs(self) -> MediaRefs | None:
         """A collector for one request's images and audio (None: no projector, media parts
         become placeholders)."""
-        mtmd = self.config.model.mtmd
+        mtmd = self.model_config.mtmd
         if self.projector is None or mtmd is None:
             return None
         return MediaRefs(mtmd.max_media_per_request)
@@ -76,21 +165,6 @@ class ServerState:
         if self.template is None:
             raise APIError("This model has no chat template; set model.chat_template in the "
                            "config or use /v1/completions", code="no_chat_template")
-
-    @property
-    def max_body_bytes(self) -> int:
-        return self.config.server.max_body_bytes
-
-    @property
-    def body_limits(self) -> BodyLimits:
-        s = self.config.server
-        return BodyLimits(max_bytes=s.max_body_bytes, max_depth=s.max_json_depth,
-                          max_string=s.max_string_length, max_items=s.max_array_length,
-                          max_number=s.max_number_length, timeout=s.body_timeout)
-
-    @property
-    def max_n(self) -> int:
-        return self.config.server.max_n
 
 
 def new_id(prefix: str) -> str:

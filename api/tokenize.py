@@ -18,8 +18,9 @@ def _tokenize(runner: Runner, text: str, add_special: bool) -> list[int]:
 
 
 async def tokenize(request: Request) -> Response:
-    state: ServerState = request.app.state.llama
-    body = Body(await read_json(request, state.body_limits))
+    server: ServerState = request.app.state.llama
+    body = Body(await read_json(request, server.body_limits))
+    state = await server.route(body.data.get("model"), request.scope)
     add_special = body.boolean("add_special", True)
     with_pieces = body.boolean("with_pieces", False)
     if body.has("messages"):
@@ -44,8 +45,9 @@ async def tokenize(request: Request) -> Response:
 
 
 async def detokenize(request: Request) -> Response:
-    state: ServerState = request.app.state.llama
-    body = Body(await read_json(request, state.body_limits))
+    server: ServerState = request.app.state.llama
+    body = Body(await read_json(request, server.body_limits))
+    state = await server.route(body.data.get("model"), request.scope)
     tokens = body.data.get("tokens")
     n_vocab = state.runner.n_vocab
     if not isinstance(tokens, list) or not all(

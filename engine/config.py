@@ -9,7 +9,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -65,6 +65,9 @@ class ServerConfig:
     keep_alive_timeout: float = 5.0  # seconds an idle keep-alive connection stays open
     send_buffer_bytes: int | None = None  # SO_SNDBUF per connection; None = OS autotuning
     engine_failure_exit: float | None = 2.0  # exit 1 this long after the engine dies
+    max_loaded_models: int = 0  # models loaded at once (LRU unloaded first); 0 = no limit
+    max_loaded_bytes: int = 0  # weights + KV of loaded models; 0 = no limit
+    model_idle_seconds: float = 0.0  # unload a model unused this long; 0 = never
 
 
 @dataclass(frozen=True)
@@ -184,9 +187,22 @@ class DiskCacheConfig:
 
 @dataclass(frozen=True)
 class Config:
-    model: ModelConfig
+    model: ModelConfig  # the first (default) model
     server: ServerConfig = field(default_factory=ServerConfig)
     disk_cache: DiskCacheConfig | None = None
+    models: tuple[ModelConfig, ...] = ()  # every model served; () = just ``model``
+    several: bool = False  # a ``models`` list: requests are routed by their model field
+
+    @property
+    def all_models(self) -> tuple[ModelConfig, ...]:
+        return self.models or (self.model,)
+
+    def disk_cache_for(self, model: ModelConfig) -> DiskCacheConfig | None:
+        """Each model of a ``models`` list keeps its disk cache in its own subdirectory."""
+        if self.disk_cache is None or not self.several:
+            return self.disk_cache
+        return replace(self.disk_cache, path=os.path.join(self.disk_cache.path,
+                                                          model.served_name().replace("/", "_")))
 
 
 @cache
@@ -242,11 +258,11 @@ def _from_pretrained(data: dict[str, Any] | None) -> FromPretrained | None:
     )
 
 
-def _model(data: dict[str, Any]) -> ModelConfig:
+def _model(data: dict[str, Any], at: str = "model") -> ModelConfig:
     if ("path" in data) == ("from_pretrained" in data):
-        raise ConfigError("model: set exactly one of 'path' or 'from_pretrained'")
+        raise ConfigError(f"{at}: set exactly one of 'path' or 'from_pretrained'")
     if data.get("n_ubatch", 0) > data.get("n_batch", ModelConfig.n_batch):
-        raise ConfigError("model.n_ubatch: must not exceed model.n_batch")
+        raise ConfigError(f"{at}.n_ubatch: must not exceed {at}.n_batch")
     values = {k: v for k, v in data.items() if k in ModelConfig.__dataclass_fields__}
     template = data.get("chat_template")
     if isinstance(template, list):
@@ -262,16 +278,16 @@ def _model(data: dict[str, Any]) -> ModelConfig:
         data.get("draft_model_from_pretrained"))
     if data.get("draft_model") == "draft-model" and ("draft_model_path" in data) == (
             "draft_model_from_pretrained" in data):
-        raise ConfigError("model.draft_model: 'draft-model' needs exactly one of "
+        raise ConfigError(f"{at}.draft_model: 'draft-model' needs exactly one of "
                           "'draft_model_path' or 'draft_model_from_pretrained'")
-    values["mtmd"] = _mtmd(data["mtmd"]) if "mtmd" in data else None
-    values["loras"] = _loras(data.get("loras", []))
+    values["mtmd"] = _mtmd(data["mtmd"], f"{at}.mtmd") if "mtmd" in data else None
+    values["loras"] = _loras(data.get("loras", []), f"{at}.loras")
     return ModelConfig(**values)
 
 
-def _mtmd(data: dict[str, Any]) -> MtmdConfig:
+def _mtmd(data: dict[str, Any], at: str = "model.mtmd") -> MtmdConfig:
     if ("mmproj_path" in data) == ("mmproj_from_pretrained" in data):
-        raise ConfigError("model.mtmd: set exactly one of 'mmproj_path' or "
+        raise ConfigError(f"{at}: set exactly one of 'mmproj_path' or "
                           "'mmproj_from_pretrained'")
     values = {k: v for k, v in data.items() if k in MtmdConfig.__dataclass_fields__}
     if "mmproj_path" in data:
@@ -290,22 +306,22 @@ def _mtmd(data: dict[str, Any]) -> MtmdConfig:
             try:
                 nets.append(str(ipaddress.ip_network(cidr, strict=False)))
             except ValueError:
-                raise ConfigError(f"model.mtmd.allowed_private_media_networks[{i}]: not a "
+                raise ConfigError(f"{at}.allowed_private_media_networks[{i}]: not a "
                                   f"network: {cidr!r}") from None
         values["allowed_private_media_networks"] = tuple(nets)
     if "allowed_local_media_path" in data:
         root = Path(expand_path(data["allowed_local_media_path"]))
         if not root.is_dir():
-            raise ConfigError("model.mtmd.allowed_local_media_path: not a directory: "
+            raise ConfigError(f"{at}.allowed_local_media_path: not a directory: "
                               f"{root}")
         values["allowed_local_media_path"] = str(root.resolve())
     return MtmdConfig(**values)
 
 
-def _loras(items: list[dict[str, Any]]) -> tuple[LoraConfig, ...]:
+def _loras(items: list[dict[str, Any]], at: str = "model.loras") -> tuple[LoraConfig, ...]:
     out: list[LoraConfig] = []
     for i, item in enumerate(items):
-        where = f"model.loras[{i}]"
+        where = f"{at}[{i}]"
         if ("path" in item) == ("from_pretrained" in item):
             raise ConfigError(f"{where}: set exactly one of 'path' or 'from_pretrained'")
         source = item.get("path") or item["from_pretrained"]["filename"]
@@ -356,14 +372,35 @@ def _server(data: dict[str, Any]) -> ServerConfig:
 
 def parse(data: Any) -> Config:
     """Validate a decoded JSON document and build the Config."""
+    if isinstance(data, dict) and ("model" in data) == ("models" in data):
+        raise ConfigError("<root>: 'model' is a required property (or a 'models' list, "
+                          "not both)")
     validate(data)
     server = _server(data.get("server", {}))
-    model = _model(data["model"])
+    several = "models" in data
+    models = tuple(_model(m, f"models[{i}]") for i, m in enumerate(data["models"])) \
+        if several else (_model(data["model"]),)
+    _check_names(models)
+    model = models[0]
     disk = data.get("disk_cache")
     disk_cache = None
     if disk is not None:
         disk_cache = DiskCacheConfig(**{**disk, "path": expand_path(disk["path"])})
-    return Config(model=model, server=server, disk_cache=disk_cache)
+    return Config(model=model, server=server, disk_cache=disk_cache,
+                  models=models if several else (), several=several)
+
+
+def _check_names(models: tuple[ModelConfig, ...]) -> None:
+    """Every model id (alias) and adapter name routes one way."""
+    seen: dict[str, str] = {}
+    for i, m in enumerate(models):
+        at = f"models[{i}]" if len(models) > 1 else "model"
+        for name, what in [(m.served_name(), f"{at}.alias"),
+                           *[(x.name, f"{at}.loras") for x in m.loras]]:
+            if name in seen:
+                raise ConfigError(f"{what}: {name!r} is already the name of {seen[name]}; "
+                                  "give one an alias / name")
+            seen[name] = what
 
 
 def read(path: str | os.PathLike[str]) -> Any:

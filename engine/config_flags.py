@@ -82,11 +82,20 @@ def config_data(args: argparse.Namespace) -> dict[str, Any]:
         if value is None:
             continue
         section, name = flag.field.split(".")
+        if section == "model" and isinstance(data.get("models"), list):
+            if flag.field in ("model.path", "model.alias"):
+                raise ConfigError(f"{flag.names[-1]}: the config has a 'models' list; "
+                                  "name each model's file and alias there")
+            for m in data["models"]:  # a runtime flag applies to every model
+                if isinstance(m, dict):
+                    m[name] = flag.load(value) if flag.load else value
+            continue
         part = data.setdefault(section, {})
         if not isinstance(part, dict):
             raise ConfigError(f"{section}: must be an object")
         if flag.field == "model.path":
             part.pop("from_pretrained", None)  # -m replaces the file's model source
         part[name] = flag.load(value) if flag.load else value
-    data.setdefault("model", {})
+    if "models" not in data:
+        data.setdefault("model", {})
     return data

@@ -112,6 +112,8 @@ class Engine:
         if self._thread is not None:
             self._thread.join(timeout)
         if self.disk is not None:
+            if self._thread is None or not self._thread.is_alive():
+                self.cache.save_all()  # the cached sequences, so the next start is warm
             self.disk.close(timeout)
         if self.embedder is not None:
             self.embedder.close()

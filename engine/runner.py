@@ -261,6 +261,17 @@ class Runner:
             raise RuntimeError("llama.cpp could not apply the LoRA adapters")
         self._applied = adapters
 
+    def kv_bytes(self) -> int:
+        """About what the KV cache of this context takes (for the model registry's limits)."""
+        n_layer = int(L.llama_model_n_layer(self.model))
+        n_head = max(1, int(L.llama_model_n_head(self.model)))
+        head_dim = int(L.llama_model_n_embd(self.model)) // n_head
+        n_head_kv = int(L.llama_model_n_head_kv(self.model))
+        per_element = {None: 2, "f16": 2, "bf16": 2, "f32": 4}
+        k = per_element.get(self.cfg.type_k, 1)
+        v = per_element.get(self.cfg.type_v, 1)
+        return self.n_ctx * n_layer * n_head_kv * head_dim * (k + v)
+
     def close(self) -> None:
         if self.ctx:
             L.llama_free(self.ctx)

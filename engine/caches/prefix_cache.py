@@ -282,6 +282,13 @@ class PrefixCache:
         """The sequence holds exactly the prompt: save it to disk if that is worth it."""
         self._save(self.slots[r.seq_id])
 
+    def save_all(self) -> None:
+        """Save every cached sequence the disk cache wants (at shutdown or unload; the
+        engine thread has stopped)."""
+        for slot in self.slots:
+            if slot.tokens:
+                self._save(slot)
+
     def _save(self, slot: Slot) -> None:
         if self.disk is not None and slot.adapters == self.disk_adapters \
                 and self.disk.wants(slot.tokens):
