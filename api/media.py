@@ -33,7 +33,9 @@ def media_policy(cfg: MtmdConfig) -> MediaPolicy:
                        allowed_domains=cfg.allowed_media_domains,
                        allowed_local_path=cfg.allowed_local_media_path,
                        allow_private_addresses=cfg.allow_private_media_addresses,
-                       allowed_private_networks=cfg.allowed_private_media_networks)
+                       allowed_private_networks=cfg.allowed_private_media_networks,
+                       image_max_pixels=cfg.image_max_pixels,
+                       audio_max_seconds=cfg.audio_max_seconds)
 
 
 @dataclass(frozen=True)

@@ -3,11 +3,20 @@
 ``sniff`` knows the formats llama.cpp's multimodal helpers decode — stb_image (PNG, JPEG,
 GIF, BMP) and miniaudio (WAV, MP3, FLAC) — plus WEBP, which it reports so that the fetch
 layer can refuse it by name (stb_image cannot decode it). ``describe`` names what some
-other bytes look like, for error messages. Pure: no I/O.
+other bytes look like, for error messages.
+
+``image_size`` and ``audio_seconds`` read what the decoders will allocate from the header
+alone, so the fetch layer can refuse a bomb before llama.cpp sees it: stb_image allocates
+(and for GIF and BMP fills) the width × height the header claims, whatever the file holds;
+mtmd sizes its sample buffer from the frame count a FLAC header claims, resampled to the
+projector's rate (a 42-byte FLAC claiming 2^36 samples at 1 Hz made it throw
+``std::bad_alloc`` and abort the process), and a WAV at 1 Hz becomes 16000 times its
+samples. Pure: no I/O.
 """
 
 from __future__ import annotations
 
+import struct
 from typing import Literal
 
 MediaKind = Literal["image", "audio"]
@@ -116,3 +125,121 @@ def describe(data: bytes) -> str:
     if all(c.isprintable() or c in "\t\r\n" for c in text):
         return "looks like text"
     return f"unrecognized data, {len(data)} bytes"
+
+
+# --- what the decoders will allocate, from the header ----------------------------------------
+
+class HeaderError(ValueError):
+    """The header of sniffed media is unusable (truncated, zero-sized, contradictory)."""
+
+
+_JPEG_SOF = frozenset((0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD,
+                       0xCE, 0xCF))
+_JPEG_STANDALONE = frozenset((0x01, *range(0xD0, 0xD8)))  # TEM, RST0-7: no length
+_MAX_SEGMENTS = 4096  # JPEG segments or RIFF chunks walked before giving up
+
+
+def image_size(data: bytes, mime: str) -> tuple[int, int]:
+    """``(width, height)`` as the header of a sniffed image claims it (what stb_image
+    allocates); ``HeaderError`` when the header does not say."""
+    if mime == "image/png":  # sniff saw the IHDR at its place
+        width, height = struct.unpack_from(">II", data, 16)
+    elif mime == "image/gif":  # the logical screen: stb_image allocates it (4 + 4 + 1 B/px)
+        width, height = struct.unpack_from("<HH", data, 6)
+    elif mime == "image/bmp":
+        if int.from_bytes(data[14:18], "little") == 12:  # OS/2 core header: 16-bit sizes
+            width, height = struct.unpack_from("<HH", data, 18)
+        else:
+            width, signed = struct.unpack_from("<Ii", data, 18)  # negative height: top-down
+            height = abs(signed)
+    elif mime == "image/jpeg":
+        width, height = _jpeg_size(data)
+    else:
+        raise HeaderError(f"no size for {mime}")
+    return int(width), int(height)
+
+
+def _jpeg_size(data: bytes) -> tuple[int, int]:
+    """The frame header's size, found by walking the segments after SOI the way a decoder
+    does (fill bytes skipped, each segment by its length)."""
+    pos = 2
+    for _ in range(_MAX_SEGMENTS):
+        while pos < len(data) and data[pos] == 0xFF and pos + 1 < len(data) \
+                and data[pos + 1] == 0xFF:
+            pos += 1  # fill bytes before a marker
+        if pos + 2 > len(data) or data[pos] != 0xFF:
+            break
+        marker = data[pos + 1]
+        if marker in _JPEG_STANDALONE:
+            pos += 2
+            continue
+        if marker in (0xD8, 0xD9, 0xDA) or pos + 4 > len(data):  # SOI, EOI, scan: no frame
+            break
+        length = int.from_bytes(data[pos + 2:pos + 4], "big")
+        if marker in _JPEG_SOF:
+            if length < 8 or pos + 9 > len(data):
+                break
+            height, width = struct.unpack_from(">HH", data, pos + 5)
+            return width, height
+        if length < 2:
+            break
+        pos += 2 + length
+    raise HeaderError("no JPEG frame header before the image data")
+
+
+def audio_seconds(data: bytes, mime: str) -> float | None:
+    """How long the audio is, at most, as the decoder will size its buffers: WAV from the
+    format and the data chunk (its claimed size cut to the bytes present), FLAC from the
+    STREAMINFO frame count; None for MP3 (miniaudio counts real frames, so its length
+    follows the bytes). ``HeaderError`` for a header no decoder can use."""
+    if mime == "audio/wav":
+        return _wav_seconds(data)
+    if mime == "audio/flac":
+        return _flac_seconds(data)
+    return None
+
+
+def _wav_seconds(data: bytes) -> float:
+    big = data.startswith(b"RIFX")
+    order = ">" if big else "<"
+    fmt: tuple[int, int, int, int, int] | None = None
+    data_bytes: int | None = None
+    pos = 12
+    for _ in range(_MAX_SEGMENTS):
+        if pos + 8 > len(data):
+            break
+        kind = data[pos:pos + 4]
+        (size,) = struct.unpack_from(order + "I", data, pos + 4)
+        body = pos + 8
+        if kind == b"fmt " and fmt is None:
+            if size < 16 or body + 16 > len(data):
+                raise HeaderError("truncated WAV format chunk")
+            fmt = struct.unpack_from(order + "HHIxxxxHH", data, body)
+        elif kind == b"data" and data_bytes is None:
+            data_bytes = min(size, len(data) - body)  # RF64 says 0xFFFFFFFF here
+        if fmt is not None and data_bytes is not None:
+            break
+        pos = body + size + (size & 1)
+    if fmt is None:
+        raise HeaderError("no WAV format chunk")
+    tag, channels, rate, block_align, bits = fmt
+    if channels == 0 or rate == 0:
+        raise HeaderError(f"the header says {channels} channel{'' if channels == 1 else 's'} "
+                          f"at {rate} Hz")
+    if data_bytes is None:
+        return 0.0
+    if tag in (1, 3, 6, 7, 0xFFFE) and bits >= 8 and block_align:  # PCM, float, A/µ-law
+        frames = data_bytes // block_align
+    else:  # ADPCM and the rest: at most 2 frames a byte per channel (4-bit samples)
+        frames = data_bytes * 2 // channels
+    return frames / rate
+
+
+def _flac_seconds(data: bytes) -> float:
+    if len(data) < 8 + 18 or data[4] & 0x7F != 0:
+        raise HeaderError("the FLAC stream does not start with its STREAMINFO block")
+    packed = int.from_bytes(data[18:26], "big")
+    rate, total = packed >> 44, packed & ((1 << 36) - 1)
+    if rate == 0:
+        raise HeaderError("the header says 0 Hz")
+    return total / rate  # 0 samples: unknown, and the decoder then reads none

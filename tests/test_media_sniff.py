@@ -1,5 +1,6 @@
 """api/media_sniff.py: media type from magic bytes, never from a name or a declared type;
-short or foreign bytes are None, and ``describe`` names them for error messages. Pure."""
+short or foreign bytes are None, and ``describe`` names them for error messages; the sizes
+the decoders will allocate are read from the header alone (bombs included). Pure."""
 
 from __future__ import annotations
 
@@ -8,7 +9,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import media_samples as samples
-from api.media_sniff import DECODABLE, describe, sniff
+from api.media_sniff import (
+    DECODABLE,
+    HeaderError,
+    audio_seconds,
+    describe,
+    image_size,
+    sniff,
+)
 
 
 @pytest.mark.parametrize("data,expected", [
@@ -97,3 +105,101 @@ def test_any_bytes_sniff_to_a_known_answer(data: bytes) -> None:
     assert found is None or found[1] in (*DECODABLE[found[0]], "image/webp")
     assert isinstance(describe(data), str)
     describe(data).encode()  # never echoes undecodable bytes
+
+
+# --- sizes from the header -------------------------------------------------------------------
+
+@pytest.mark.parametrize("data,size", [
+    (samples.png(), (2, 2)),
+    (samples.png(7, 3), (7, 3)),
+    (samples.GIF, (1, 1)),
+    (samples.bmp(), (1, 1)),
+    (samples.jpeg(), (1, 1)),
+    (samples.png_claiming(65535, 65535), (65535, 65535)),
+    (samples.png_claiming(2**32 - 1, 1), (2**32 - 1, 1)),
+    (samples.gif_claiming(65535, 65535), (65535, 65535)),  # the logical screen, not the frame
+    (samples.bmp_claiming(30000, 30000), (30000, 30000)),
+    (samples.bmp_claiming(40, -2**31), (40, 2**31)),  # top-down
+    (samples.bmp_claiming(-1, 1), (2**32 - 1, 1)),  # stb_image reads the width unsigned
+    (samples.jpeg_claiming(65535, 65535), (65535, 65535)),
+    (samples.jpeg_claiming(0, 0), (0, 0)),
+    # fill bytes before a marker, restart markers without a length
+    (samples.jpeg()[:20] + b"\xff\xff\xd0\xff\xff" + samples.jpeg()[20:], (1, 1)),
+])
+def test_image_size_is_what_the_header_claims(data: bytes, size: tuple[int, int]) -> None:
+    found = sniff(data)
+    assert found is not None and found[0] == "image"
+    assert image_size(data, found[1]) == size
+
+
+@pytest.mark.parametrize("data", [
+    b"\xff\xd8\xff\xe0\x00\x10" + bytes(14) + b"\xff\xd9",  # no frame header
+    b"\xff\xd8\xff\xda\x00\x08" + bytes(6) + b"\xff\xc0\x00\x11" + bytes(15),  # SOS first
+    b"\xff\xd8\xff\xc0\x00\x11\x08",  # truncated frame header
+    b"\xff\xd8\xff\xe1\x00\x01" + bytes(20),  # a length below 2
+    b"\xff\xd8" + b"\xff\xfe\x00\x02" * 100_000 + samples.jpeg()[2:],  # SOF past 4096 segments
+])
+def test_jpeg_without_a_readable_frame_header(data: bytes) -> None:
+    assert sniff(data) == ("image", "image/jpeg")
+    with pytest.raises(HeaderError, match="no JPEG frame header"):
+        image_size(data, "image/jpeg")
+
+
+@pytest.mark.parametrize("data,seconds", [
+    (samples.wav(0.01), 0.01),
+    (samples.wav(2.0), 2.0),
+    # the data chunk claims 4 GB: the decoder reads the 64 bytes that are there
+    (samples.wav_claiming(), 32 / 16000),
+    (samples.wav_claiming(rate=1, bits=8), 64.0),  # 64 samples at 1 Hz: 16000x at 16 kHz
+    (samples.wav_claiming(rate=8000, bits=8, channels=2, payload=bytes(16000)), 1.0),
+    (samples.wav_claiming(fmt_tag=2, bits=4, rate=1000, payload=bytes(1000)), 2.0),  # ADPCM
+    (samples.wav_claiming(data_bytes=0, payload=b""), 0.0),
+    (samples.flac_claiming(), float(2**36 - 1)),
+    (samples.flac_claiming(rate=16000, total_samples=16000 * 90), 90.0),
+    (samples.flac(), 0.0),  # length unknown: the decoder reads no frames
+    (samples.mp3(), None),  # miniaudio counts the real frames
+])
+def test_audio_seconds_as_the_decoder_will_size_it(data: bytes, seconds: float | None) -> None:
+    found = sniff(data)
+    assert found is not None and found[0] == "audio"
+    assert audio_seconds(data, found[1]) == seconds
+
+
+@pytest.mark.parametrize("data,words", [
+    (samples.wav_claiming(channels=0), "0 channels"),
+    (samples.wav_claiming(rate=0), "0 Hz"),
+    (b"RIFF\x04\x00\x00\x00WAVE", "no WAV format chunk"),
+    (b"RIFF\x20\x00\x00\x00WAVEfmt \x10\x00\x00\x00\x01\x00", "truncated WAV format"),
+    (b"RIFF\x20\x00\x00\x00WAVELIST\xff\xff\xff\xff" + bytes(40), "no WAV format chunk"),
+    (b"fLaC\x80\x00\x00\x22" + bytes(34), "0 Hz"),
+    (b"fLaC\x84\x00\x00\x22" + bytes(34), "STREAMINFO"),
+    (b"fLaC\x80\x00\x00\x22" + bytes(10), "STREAMINFO"),  # cut short
+])
+def test_audio_headers_no_decoder_can_use(data: bytes, words: str) -> None:
+    found = sniff(data)
+    assert found is not None
+    with pytest.raises(HeaderError, match=words):
+        audio_seconds(data, found[1])
+
+
+HEADS = [samples.png(), samples.GIF, samples.bmp(), samples.jpeg(), samples.wav(),
+         samples.flac(), samples.mp3(), samples.jpeg_claiming(9, 9), samples.wav_claiming()]
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.sampled_from(HEADS), st.integers(0, 80), st.binary(max_size=80), st.booleans())
+def test_any_damaged_header_is_a_size_or_a_header_error(head: bytes, at: int, junk: bytes,
+                                                        cut: bool) -> None:
+    data = head[:at] + junk + (b"" if cut else head[at + len(junk):])
+    found = sniff(data)
+    if found is None or found[1] == "image/webp":
+        return
+    try:
+        if found[0] == "image":
+            width, height = image_size(data, found[1])
+            assert width >= 0 and height >= 0
+        else:
+            seconds = audio_seconds(data, found[1])
+            assert seconds is None or seconds >= 0
+    except HeaderError:
+        pass
