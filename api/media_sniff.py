@@ -8,10 +8,10 @@ other bytes look like, for error messages.
 ``image_size`` and ``audio_seconds`` read what the decoders will allocate from the header
 alone, so the fetch layer can refuse a bomb before llama.cpp sees it: stb_image allocates
 (and for GIF and BMP fills) the width × height the header claims, whatever the file holds;
-mtmd sizes its sample buffer from the frame count a FLAC header claims, resampled to the
-projector's rate (a 42-byte FLAC claiming 2^36 samples at 1 Hz made it throw
-``std::bad_alloc`` and abort the process), and a WAV at 1 Hz becomes 16000 times its
-samples. Pure: no I/O.
+mtmd sizes its sample buffer from the frame count a FLAC STREAMINFO, an MP3 Xing tag or a
+WAV ``fact`` chunk claims, resampled to the projector's rate (a 42-byte FLAC claiming 2^36
+samples at 1 Hz made it throw ``std::bad_alloc`` and abort the process), and a WAV at 1 Hz
+becomes 16000 times its samples. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -188,15 +188,82 @@ def _jpeg_size(data: bytes) -> tuple[int, int]:
 
 
 def audio_seconds(data: bytes, mime: str) -> float | None:
-    """How long the audio is, at most, as the decoder will size its buffers: WAV from the
-    format and the data chunk (its claimed size cut to the bytes present), FLAC from the
-    STREAMINFO frame count; None for MP3 (miniaudio counts real frames, so its length
-    follows the bytes). ``HeaderError`` for a header no decoder can use."""
-    if mime == "audio/wav":
-        return _wav_seconds(data)
-    if mime == "audio/flac":
-        return _flac_seconds(data)
-    return None
+    """How long the audio is, at most, as the decoders will size their buffers; None when
+    no header claims a length (the decoder then counts real MP3 frames: the bytes bound it).
+
+    mtmd hands any audio to miniaudio, which tries its WAV, FLAC and MP3 decoders in turn
+    whatever the magic said, so every claim counts: a WAV's format, data and ``fact``
+    chunks (data cut to the bytes present), a FLAC STREAMINFO after any ID3v2 tags (the
+    FLAC decoder skips them: "ID3...fLaC" sniffs as MP3), and an MP3 Xing/Info frame count
+    anywhere in the bytes (the MP3 decoder finds its first frame wherever it is; a 1 kB
+    file claiming a million frames made mtmd allocate 1.7 GB). ``HeaderError`` for a
+    header no decoder can use."""
+    claims = [_wav_seconds(data)] if mime == "audio/wav" else []
+    start = _id3_end(data)
+    if data.startswith(b"fLaC", start):
+        claims.append(_flac_seconds(data[start:]))
+    elif start and data.startswith(b"OggS", start):
+        raise HeaderError("Ogg after an ID3 tag (Ogg FLAC) is not supported")
+    xing = _xing_seconds(data)
+    if xing is not None:
+        claims.append(xing)
+    return max(claims) if claims else None
+
+
+def _id3_end(data: bytes) -> int:
+    """Where the bytes after the leading ID3v2 tags start (as miniaudio's FLAC decoder
+    skips them: 10-byte header, syncsafe size, 10 more with a footer)."""
+    pos = 0
+    for _ in range(_MAX_SEGMENTS):
+        if data[pos:pos + 3] != b"ID3" or pos + 10 > len(data):
+            return pos
+        raw = int.from_bytes(data[pos + 6:pos + 10], "big")
+        size = ((raw & 0x7F000000) >> 3 | (raw & 0x7F0000) >> 2 | (raw & 0x7F00) >> 1
+                | raw & 0x7F)
+        pos += 10 + size + (10 if data[pos + 5] & 0x10 else 0)
+    raise HeaderError("too many ID3 tags")
+
+
+_MPEG_RATES = {3: (44100, 48000, 32000), 2: (22050, 24000, 16000), 0: (11025, 12000, 8000)}
+_MAX_XING_TAGS = 64
+
+
+def _xing_seconds(data: bytes) -> float | None:
+    """The longest duration any Xing/Info tag with a frame count claims. Its frame's header
+    sits just before it (4 bytes, the CRC, the layer III side info: 9, 17 or 32 bytes) and
+    gives samples a frame and the rate; a tag without such a header counts at the worst
+    rate, 1152 samples at 8 kHz."""
+    longest: float | None = None
+    seen = 0
+    for tag in (b"Xing", b"Info"):
+        pos = data.find(tag)
+        while pos >= 0:
+            seen += 1
+            if seen > _MAX_XING_TAGS:
+                raise HeaderError("too many Xing/Info tags")
+            if pos + 12 <= len(data) and data[pos + 7] & 1:
+                frames = int.from_bytes(data[pos + 8:pos + 12], "big")
+                seconds = frames * _frame_seconds(data, pos)
+                longest = seconds if longest is None else max(longest, seconds)
+            pos = data.find(tag, pos + 1)
+    return longest
+
+
+def _frame_seconds(data: bytes, tag: int) -> float:
+    for side in (9, 17, 32):
+        for crc in (0, 2):
+            at = tag - 4 - crc - side
+            head = data[at:at + 4] if at >= 0 else b""
+            if not _mpeg_frame(head):
+                continue
+            version, layer = (head[1] >> 3) & 3, (head[1] >> 1) & 3
+            mono = head[3] >> 6 == 3
+            expect = (17 if mono else 32) if version == 3 else (9 if mono else 17)
+            if expect != side or (0 if head[1] & 1 else 2) != crc:
+                continue
+            samples = 576 if layer == 1 and version != 3 else 1152  # layer III, MPEG-2/2.5
+            return samples / _MPEG_RATES[version][(head[2] >> 2) & 3]
+    return 1152 / 8000
 
 
 def _wav_seconds(data: bytes) -> float:
@@ -204,6 +271,7 @@ def _wav_seconds(data: bytes) -> float:
     order = ">" if big else "<"
     fmt: tuple[int, int, int, int, int] | None = None
     data_bytes: int | None = None
+    fact = 0
     pos = 12
     for _ in range(_MAX_SEGMENTS):
         if pos + 8 > len(data):
@@ -214,11 +282,15 @@ def _wav_seconds(data: bytes) -> float:
         if kind == b"fmt " and fmt is None:
             if size < 16 or body + 16 > len(data):
                 raise HeaderError("truncated WAV format chunk")
-            fmt = struct.unpack_from(order + "HHIxxxxHH", data, body)
+            tag, channels, rate, block_align, bits = struct.unpack_from(
+                order + "HHIxxxxHH", data, body)
+            if tag == 0xFFFE and size >= 40 and body + 26 <= len(data):  # extensible:
+                (tag,) = struct.unpack_from(order + "H", data, body + 24)  # the subformat
+            fmt = tag, channels, rate, block_align, bits
+        elif kind == b"fact" and body + 4 <= len(data):  # ADPCM: the sample count
+            (fact,) = struct.unpack_from(order + "I", data, body)
         elif kind == b"data" and data_bytes is None:
             data_bytes = min(size, len(data) - body)  # RF64 says 0xFFFFFFFF here
-        if fmt is not None and data_bytes is not None:
-            break
         pos = body + size + (size & 1)
     if fmt is None:
         raise HeaderError("no WAV format chunk")
@@ -226,13 +298,15 @@ def _wav_seconds(data: bytes) -> float:
     if channels == 0 or rate == 0:
         raise HeaderError(f"the header says {channels} channel{'' if channels == 1 else 's'} "
                           f"at {rate} Hz")
-    if data_bytes is None:
-        return 0.0
-    if tag in (1, 3, 6, 7, 0xFFFE) and bits >= 8 and block_align:  # PCM, float, A/µ-law
-        frames = data_bytes // block_align
-    else:  # ADPCM and the rest: at most 2 frames a byte per channel (4-bit samples)
-        frames = data_bytes * 2 // channels
-    return frames / rate
+    data_bytes = data_bytes or 0
+    if tag in (2, 0x11):  # MS / IMA ADPCM: 4-bit samples, plus one a block for IMA
+        frames = data_bytes * 3 // channels + 1
+    else:  # as miniaudio sizes a frame: whole bytes a sample, else the block alignment
+        per_frame = bits * channels // 8 if bits % 8 == 0 else block_align
+        if per_frame == 0:
+            raise HeaderError(f"the header says {bits} bits a sample")
+        frames = data_bytes // per_frame
+    return max(frames, fact) / rate
 
 
 def _flac_seconds(data: bytes) -> float:

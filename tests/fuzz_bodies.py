@@ -106,6 +106,9 @@ HOSTILE_AUDIO = [
     samples.flac_claiming(rate=16000, total_samples=16000 * 61), samples.flac(),
     b"RIFF\xff\xff\xff\xffWAVE" + bytes(40), b"ID3\x04\x00\x00\x00\x00\x00\x00" + bytes(30),
     b"fLaC" + bytes(30), samples.MP3_FRAME[:4] + b"\xff" * 40,
+    samples.ID3_EMPTY + samples.flac_claiming(), samples.ID3_EMPTY + b"OggS" + bytes(30),
+    samples.mp3_xing(1_000_000), samples.mp3_xing(1000), samples.mp3_xing(2**32 - 1),
+    samples.mp3() + b"Info" * 70, b"\xff\xf3\x00\xc0" * 1000,  # free-format 4-byte frames
 ]
 MEDIA_BYTES = st.one_of(
     st.sampled_from(VALID_IMAGES), st.sampled_from(HOSTILE_IMAGES),
@@ -529,7 +532,7 @@ def media_bodies(draw: st.DrawFn, paths: tuple[str, ...] = MEDIA_PATHS) -> tuple
                                                                 "content": "Hi"}]
         if path == "/v1/tokenize":
             return path, {"messages": messages}
-        return path, {"messages": messages, "max_tokens": 2, **extra}
+        return path, {"messages": messages, "max_tokens": 1, **extra}
     if path == "/v1/responses":
         parts = draw(st.lists(RESPONSES_MEDIA_PART | TEXT_PART, min_size=1, max_size=4))
         if draw(st.integers(0, 4)) == 0:  # a tool's output with images
@@ -541,7 +544,7 @@ def media_bodies(draw: st.DrawFn, paths: tuple[str, ...] = MEDIA_PATHS) -> tuple
                 ["user", "user", "system", "developer", "assistant"])), "content": parts}]
         if draw(st.booleans()):
             items.append({"type": "message", "role": "user", "content": "Hi"})
-        return path, {"input": items, "max_output_tokens": 2, **extra}
+        return path, {"input": items, "max_output_tokens": 1, **extra}
     if path.startswith("/v1/messages"):
         blocks = draw(st.lists(ANTHROPIC_IMAGE | st.just({"type": "text", "text": "Hi"}),
                                min_size=1, max_size=3))
@@ -560,8 +563,8 @@ def media_bodies(draw: st.DrawFn, paths: tuple[str, ...] = MEDIA_PATHS) -> tuple
             messages = [{"role": "user", "content": "Hi"}]
             extra["system"] = blocks
         body = {"messages": messages, **extra}
-        return path, body if path.endswith("count_tokens") else {**body, "max_tokens": 2}
-    return path, {"prompt": "Hi", "max_tokens": 2, **extra}
+        return path, body if path.endswith("count_tokens") else {**body, "max_tokens": 1}
+    return path, {"prompt": "Hi", "max_tokens": 1, **extra}
 
 
 def post(http: httpx.Client, case: tuple[str, Any]) -> httpx.Response:

@@ -157,3 +157,13 @@ def flac_claiming(*, rate: int = 1, channels: int = 1, bits: int = 16,
     packed = (rate << 44) | ((channels - 1) << 41) | ((bits - 1) << 36) | total_samples
     info = (struct.pack(">HH", 4096, 4096) + bytes(6) + packed.to_bytes(8, "big") + bytes(16))
     return b"fLaC" + b"\x80" + len(info).to_bytes(3, "big") + info
+
+
+ID3_EMPTY = b"ID3\x04\x00\x00\x00\x00\x00\x00"
+
+
+def mp3_xing(frames: int, *, header: bytes = b"\xff\xfb\x90\xc4", side: int = 17) -> bytes:
+    """An MP3 whose first frame (MPEG-1 layer III, 128 kbit/s, 44.1 kHz, mono by default:
+    17 bytes of side info) is a Xing tag claiming ``frames`` frames, then two real ones."""
+    body = bytes(side) + b"Xing" + b"\x00\x00\x00\x01" + struct.pack(">I", frames)
+    return header + body + bytes(417 - 4 - len(body)) + MP3_FRAME * 2

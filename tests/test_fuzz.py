@@ -193,6 +193,8 @@ def test_media_and_lora_inputs_never_get_a_5xx(fuzz_server: ServerProcess,
 BOMBS = {  # name: (bytes, kind, what the message says)
     "flac-2^36-samples-at-1hz": (samples.flac_claiming(), "audio", "audio too long"),
     "flac-2^36-samples-at-16khz": (samples.flac_claiming(rate=16000), "audio", "too long"),
+    "id3-then-flac": (samples.ID3_EMPTY + samples.flac_claiming(), "audio", "too long"),
+    "mp3-xing-1e6-frames": (samples.mp3_xing(1_000_000), "audio", "audio too long"),
     "wav-at-1hz": (samples.wav_claiming(rate=1, bits=8, payload=bytes(20_000)), "audio",
                    "audio too long"),
     "gif-65535x65535": (samples.gif_claiming(65535, 65535), "image", "65535 × 65535 pixels"),
@@ -206,8 +208,10 @@ BOMBS = {  # name: (bytes, kind, what the message says)
 def test_decompression_bombs_are_a_400_and_the_server_lives(
         fuzz_server: ServerProcess, http: httpx.Client, name: str) -> None:
     """Headers claiming what the decoders would allocate are refused before llama.cpp sees
-    them. Before the fix the 42-byte FLACs made mtmd throw std::bad_alloc (the process
-    aborted), the GIF asked stb_image for 38 GB and filled it, the BMP decoded for 22 s."""
+    them. Before the fix the 42-byte FLACs (also behind an ID3 tag, which sniffs as MP3)
+    made mtmd throw std::bad_alloc (the process aborted), the 1 kB MP3 made it allocate
+    1.7 GB for 10 s, the GIF asked stb_image for 38 GB and filled it, the BMP decoded for
+    22 s."""
     data, kind, words = BOMBS[name]
     b64 = base64.b64encode(data).decode()
     part = ({"type": "input_audio", "input_audio": {"data": b64}} if kind == "audio" else

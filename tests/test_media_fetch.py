@@ -746,6 +746,11 @@ def test_decode_base64_media_refusals(data: Any, expected: Any, words: str) -> N
      "audio too long: 3601 s"),
     (samples.wav_claiming(rate=1, bits=8, payload=bytes(5000)), "audio", "audio too long: 5000 s"),
     (samples.wav_claiming(channels=0), "audio", "corrupt WAV: the header says 0 channels"),
+    # sniffed as MP3, decoded as FLAC (miniaudio's FLAC decoder skips the ID3 tag)
+    (samples.ID3_EMPTY + samples.flac_claiming(), "audio", "audio too long: about 6.9e+10 s"),
+    # 1 kB of MP3 whose Xing tag claims a million frames: 7 hours, 1.7 GB of samples
+    (samples.mp3_xing(1_000_000), "audio", "audio too long: 26122 s"),
+    (samples.ID3_EMPTY + b"OggS" + bytes(60), "audio", "corrupt MP3: Ogg after an ID3 tag"),
 ])
 def test_decompression_bombs_are_refused_from_the_header(data: bytes, kind: Any,
                                                          words: str) -> None:
