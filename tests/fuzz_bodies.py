@@ -94,7 +94,10 @@ HOSTILE_IMAGES = [
     samples.bmp_claiming(2048, -2048), samples.bmp_claiming(-1, 1),
     samples.bmp_claiming(7, 7, bits=0), samples.bmp_claiming(7, 7, bits=33),
     samples.jpeg_claiming(65535, 65535), samples.jpeg_claiming(1024, 1024),
-    samples.jpeg_claiming(0, 0), samples.png()[:40] + b"garbage" * 9, b"GIF89a" + bytes(20),
+    samples.jpeg_claiming(0, 0), samples.jpeg_claiming(256, 256, scans=150),
+    samples.jpeg_claiming(512, 512, scans=100), samples.png_interlaced(37, 23),
+    samples.png_claiming(16, 16, samples.zeros_zlib(3_000_000)),
+    samples.png()[:40] + b"garbage" * 9, b"GIF89a" + bytes(20),
     b"BM" + bytes(12) + b"\x28" + bytes(40), samples.webp(), b"\xff\xd8\xff\xe0" + bytes(60),
 ]
 HOSTILE_AUDIO = [

@@ -88,6 +88,20 @@ def png_claiming(width: int, height: int, idat: bytes = b"garbage") -> bytes:
             + _png_chunk(b"IDAT", idat) + _png_chunk(b"IEND", b""))
 
 
+def png_interlaced(width: int, height: int, extra: int = 0) -> bytes:
+    """An Adam7-interlaced greyscale PNG of zeros, its zlib data ``extra`` bytes longer than
+    its seven passes need."""
+    need = 0
+    for x0, y0, dx, dy in ((0, 0, 8, 8), (4, 0, 8, 8), (0, 4, 4, 8), (2, 0, 4, 4),
+                           (0, 2, 2, 4), (1, 0, 2, 2), (0, 1, 1, 2)):
+        cols, rows = (width - x0 + dx - 1) // dx, (height - y0 + dy - 1) // dy
+        if cols > 0 and rows > 0:
+            need += rows * (1 + cols)
+    return (b"\x89PNG\r\n\x1a\n"
+            + _png_chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 1))
+            + _png_chunk(b"IDAT", zeros_zlib(need + extra)) + _png_chunk(b"IEND", b""))
+
+
 def png_bomb(width: int, height: int) -> bytes:
     """A real decompression bomb: a valid PNG of black pixels whose zlib stream is about
     1/1000 of the pixel bytes (20000 × 20000: 1.2 GB of rows in 1.2 MB)."""
@@ -121,9 +135,10 @@ def bmp_claiming(width: int, height: int, bits: int = 24) -> bytes:
     return header + info + pixels
 
 
-def jpeg_claiming(width: int, height: int) -> bytes:
+def jpeg_claiming(width: int, height: int, scans: int = 1) -> bytes:
     """A baseline JPEG whose frame header claims ``width`` × ``height`` (3 components), with
-    tables and a scan header but hardly any entropy-coded data."""
+    tables and ``scans`` scan headers but hardly any entropy-coded data (a decoder runs
+    over every block of the image once per scan)."""
     sof = (b"\x08" + struct.pack(">HH", height, width) + b"\x03"
            + b"\x01\x11\x00\x02\x11\x00\x03\x11\x00")
     dqt = b"\x00" + bytes([1] * 64)
@@ -133,8 +148,8 @@ def jpeg_claiming(width: int, height: int) -> bytes:
 
     def seg(marker: int, body: bytes) -> bytes:
         return bytes([0xFF, marker]) + struct.pack(">H", len(body) + 2) + body
-    return (b"\xff\xd8" + seg(0xDB, dqt) + seg(0xC0, sof) + seg(0xC4, dht) + seg(0xDA, sos)
-            + bytes(64) + b"\xff\xd9")
+    return (b"\xff\xd8" + seg(0xDB, dqt) + seg(0xC0, sof) + seg(0xC4, dht)
+            + (seg(0xDA, sos) + bytes(8)) * scans + b"\xff\xd9")
 
 
 def wav_claiming(*, channels: int = 1, rate: int = 16000, bits: int = 16,

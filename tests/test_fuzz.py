@@ -201,6 +201,9 @@ BOMBS = {  # name: (bytes, kind, what the message says)
     "bmp-20000x20000": (samples.bmp_claiming(20000, 20000), "image", "20000 × 20000 pixels"),
     "jpeg-65535x65535": (samples.jpeg_claiming(65535, 65535), "image", "65535 × 65535"),
     "png-zlib-bomb-2049x2048": (samples.png_bomb(2049, 2048), "image", "2049 × 2048 pixels"),
+    "jpeg-1000-scans": (samples.jpeg_claiming(2048, 2048, scans=1000), "image", "1000 scans"),
+    "png-16x16-inflating-to-30mb": (samples.png_claiming(16, 16, samples.zeros_zlib(30 << 20)),
+                                    "image", "inflates to more than the 784 bytes"),
 }
 
 
@@ -211,7 +214,8 @@ def test_decompression_bombs_are_a_400_and_the_server_lives(
     them. Before the fix the 42-byte FLACs (also behind an ID3 tag, which sniffs as MP3)
     made mtmd throw std::bad_alloc (the process aborted), the 1 kB MP3 made it allocate
     1.7 GB for 10 s, the GIF asked stb_image for 38 GB and filled it, the BMP decoded for
-    22 s."""
+    22 s, the 22 kB JPEG for 13 s, and stb_image inflated PNG data far past the pixels
+    (1 MB of 16 x 16 pixels: 954 MB)."""
     data, kind, words = BOMBS[name]
     b64 = base64.b64encode(data).decode()
     part = ({"type": "input_audio", "input_audio": {"data": b64}} if kind == "audio" else

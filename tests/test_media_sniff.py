@@ -4,6 +4,8 @@ the decoders will allocate are read from the header alone (bombs included). Pure
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -11,8 +13,11 @@ from hypothesis import strategies as st
 import media_samples as samples
 from api.media_sniff import (
     DECODABLE,
+    MAX_JPEG_SCANS,
+    PNG_SLACK,
     HeaderError,
     audio_seconds,
+    check_png_stream,
     describe,
     image_size,
     sniff,
@@ -123,6 +128,7 @@ def test_any_bytes_sniff_to_a_known_answer(data: bytes) -> None:
     (samples.bmp_claiming(-1, 1), (2**32 - 1, 1)),  # stb_image reads the width unsigned
     (samples.jpeg_claiming(65535, 65535), (65535, 65535)),
     (samples.jpeg_claiming(0, 0), (0, 0)),
+    (samples.jpeg_claiming(64, 48, scans=MAX_JPEG_SCANS), (64, 48)),
     # fill bytes before a marker, restart markers without a length
     (samples.jpeg()[:20] + b"\xff\xff\xd0\xff\xff" + samples.jpeg()[20:], (1, 1)),
 ])
@@ -143,6 +149,36 @@ def test_jpeg_without_a_readable_frame_header(data: bytes) -> None:
     assert sniff(data) == ("image", "image/jpeg")
     with pytest.raises(HeaderError, match="no JPEG frame header"):
         image_size(data, "image/jpeg")
+
+
+def test_jpeg_with_more_scans_than_any_encoder_writes() -> None:
+    # stb_image decodes every block once per scan: 1000 scans of 2048 x 2048 took 13 s
+    with pytest.raises(HeaderError, match=f"101 scans \\(at most {MAX_JPEG_SCANS}\\)"):
+        image_size(samples.jpeg_claiming(64, 48, scans=MAX_JPEG_SCANS + 1), "image/jpeg")
+
+
+@pytest.mark.parametrize("data", [
+    samples.png(), samples.png(300, 200), samples.png_bomb(512, 512),
+    samples.png_interlaced(37, 23), samples.png_interlaced(1, 1),
+    samples.png_interlaced(37, 23, extra=PNG_SLACK),  # a little more is tolerated
+    samples.png_claiming(16, 16, b"not zlib"),  # stb_image refuses it itself
+    samples.png()[:40],  # cut inside the data
+])
+def test_png_streams_that_inflate_to_their_rows(data: bytes) -> None:
+    check_png_stream(data)
+
+
+@pytest.mark.parametrize("data,need", [
+    # 1 MB of PNG claiming 16 x 16 pixels: stb_image inflated all of it (954 MB)
+    (samples.png_claiming(16, 16, samples.zeros_zlib(1_000_000_000)), 16 * (1 + 48)),
+    (samples.png_interlaced(37, 23, extra=PNG_SLACK + 1), 895),
+    (samples.png_bomb(512, 512)[:33] + samples.png_bomb(2048, 2048)[33:], 512 * (1 + 1536)),
+])
+def test_png_streams_that_inflate_past_their_rows(data: bytes, need: int) -> None:
+    started = time.monotonic()
+    with pytest.raises(HeaderError, match=f"more than the {need} bytes"):
+        check_png_stream(data)
+    assert time.monotonic() - started < 0.5  # stops reading at the limit
 
 
 @pytest.mark.parametrize("data,seconds", [
