@@ -34,6 +34,7 @@ from api.media_sniff import (
     HeaderError,
     MediaKind,
     audio_seconds,
+    check_image_data,
     describe,
     image_size,
     sniff,
@@ -62,8 +63,10 @@ class MediaPolicy:
     # networks allowed although not public (CIDRs, e.g. "10.1.2.0/24" for an internal store)
     allowed_private_networks: tuple[str, ...] = ()
     # what the decoders allocate, read from the header before they run: stb_image holds
-    # 3-9 bytes a pixel, mtmd 4 bytes a sample at the projector's rate (16 kHz)
-    image_max_pixels: int = 8192 * 8192
+    # 3-9 bytes a pixel (a GIF's whole canvas, however few its bytes) and a request keeps
+    # its bitmaps until tokenized (16 x 4096^2 x 3 B = 800 MB); mtmd 4 bytes a sample at
+    # the projector's rate (16 kHz)
+    image_max_pixels: int = 4096 * 4096
     audio_max_seconds: float = 3600.0
 
     def __post_init__(self) -> None:
@@ -198,6 +201,7 @@ def _accept(data: bytes, expected: MediaKind, policy: MediaPolicy,
             if width * height > policy.image_max_pixels:
                 raise _Refused(f"image too large: {width} × {height} pixels (the limit is "
                                f"{policy.image_max_pixels} pixels)")
+            check_image_data(data, mime)
         else:
             seconds = audio_seconds(data, mime)
             if seconds is not None and seconds > policy.audio_max_seconds:

@@ -158,9 +158,6 @@ def image_size(data: bytes, mime: str) -> tuple[int, int]:
             height = abs(signed)
     elif mime == "image/jpeg":
         width, height = _jpeg_size(data)
-        scans = data.count(b"\xff\xda")  # SOS: 0xFF in the coded data is stuffed (FF 00)
-        if scans > MAX_JPEG_SCANS:
-            raise HeaderError(f"{scans} scans (at most {MAX_JPEG_SCANS})")
     else:
         raise HeaderError(f"no size for {mime}")
     return int(width), int(height)
@@ -209,6 +206,39 @@ def check_png_stream(data: bytes) -> None:
             pos += 12 + length
     except zlib.error:
         return
+
+
+def check_image_data(data: bytes, mime: str) -> None:
+    """``HeaderError`` when an image of an allowed size would still cost a decoder far more
+    than its bytes: a JPEG of more scans than encoders write (stb_image runs over every
+    block once per scan), a BMP whose pixels are not there (stb_image reads past the end
+    as zeros: 58 bytes claiming 20000 x 20000 pixels decoded for 22 s). Cheap: no
+    decoding (PNG data is checked by ``check_png_stream``)."""
+    if mime == "image/jpeg":
+        scans = data.count(b"\xff\xda")  # SOS: 0xFF in the coded data is stuffed (FF 00)
+        if scans > MAX_JPEG_SCANS:
+            raise HeaderError(f"{scans} scans (at most {MAX_JPEG_SCANS})")
+    elif mime == "image/bmp":
+        width, height = image_size(data, mime)
+        if int.from_bytes(data[14:18], "little") == 12:
+            bits, compression = int.from_bytes(data[24:26], "little"), 0
+        elif len(data) >= 34:
+            bits, compression = struct.unpack_from("<HI", data, 28)
+        else:
+            return
+        _check_bmp_pixels(data, width, height, bits, compression)
+
+
+def _check_bmp_pixels(data: bytes, width: int, height: int, bits: int,
+                      compression: int) -> None:
+    if bits not in (1, 4, 8, 16, 24, 32) or compression not in (0, 3, 6):
+        return  # stb_image refuses these itself
+    stride = (width * bits + 31) // 32 * 4
+    need = stride * (height - 1) + (width * bits + 7) // 8  # the last row's padding may go
+    present = len(data) - int.from_bytes(data[10:14], "little")
+    if present < need:
+        raise HeaderError(f"its {width} × {height} pixels need {need} bytes, "
+                          f"{max(present, 0)} are there")
 
 
 def _jpeg_size(data: bytes) -> tuple[int, int]:

@@ -17,6 +17,7 @@ from api.media_sniff import (
     PNG_SLACK,
     HeaderError,
     audio_seconds,
+    check_image_data,
     check_png_stream,
     describe,
     image_size,
@@ -151,10 +152,32 @@ def test_jpeg_without_a_readable_frame_header(data: bytes) -> None:
         image_size(data, "image/jpeg")
 
 
-def test_jpeg_with_more_scans_than_any_encoder_writes() -> None:
+@pytest.mark.parametrize("data", [
+    samples.png(), samples.GIF, samples.bmp(), samples.jpeg(),
+    samples.jpeg_claiming(64, 48, scans=MAX_JPEG_SCANS),
+    samples.bmp()[:-1],  # the last row's padding may be missing
+    samples.bmp_claiming(7, 7, bits=0),  # stb_image refuses it itself
+])
+def test_image_data_a_decoder_can_afford(data: bytes) -> None:
+    found = sniff(data)
+    assert found is not None
+    check_image_data(data, found[1])
+
+
+@pytest.mark.parametrize("data,words", [
     # stb_image decodes every block once per scan: 1000 scans of 2048 x 2048 took 13 s
-    with pytest.raises(HeaderError, match=f"101 scans \\(at most {MAX_JPEG_SCANS}\\)"):
-        image_size(samples.jpeg_claiming(64, 48, scans=MAX_JPEG_SCANS + 1), "image/jpeg")
+    (samples.jpeg_claiming(64, 48, scans=MAX_JPEG_SCANS + 1),
+     f"101 scans \\(at most {MAX_JPEG_SCANS}\\)"),
+    # and reads a BMP's missing pixels as zeros: 20000 x 20000 of them took 22 s
+    (samples.bmp_claiming(2048, -2048), "2048 × 2048 pixels need 12582912 bytes, 4 are there"),
+    (samples.bmp_claiming(100, 100, bits=1), "need 1597 bytes, 4 are there"),
+    (samples.bmp()[:54] + b"\x00", "need 3 bytes, 1 are there"),
+])
+def test_image_data_that_costs_far_more_than_its_bytes(data: bytes, words: str) -> None:
+    found = sniff(data)
+    assert found is not None
+    with pytest.raises(HeaderError, match=words):
+        check_image_data(data, found[1])
 
 
 @pytest.mark.parametrize("data", [
