@@ -6,6 +6,7 @@ works."""
 from __future__ import annotations
 
 import base64
+import itertools
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -142,8 +143,7 @@ def assert_healthy_and_media_works(server: ServerProcess, http: httpx.Client) ->
                          **extra, "messages": [{"role": "user", "content": [
                              {"type": "text", "text": "What is this?"}, part]}]})
 
-    _checks.append(len(_checks))
-    image = samples.png(5, 7 + len(_checks))  # a new image: encoded now, not from a cache
+    image = samples.png(5, next(_FRESH))  # a new image: encoded now, not from a cache
     encoded = m["llamaserve_media_encode_seconds_count"]
     with_image = ask({"type": "image_url", "image_url": {
         "url": "data:image/png;base64," + base64.b64encode(image).decode()}})
@@ -155,7 +155,7 @@ def assert_healthy_and_media_works(server: ServerProcess, http: httpx.Client) ->
     assert server.metrics()["llamaserve_media_encode_seconds_count"] == encoded + 1
 
 
-_checks: list[int] = []
+_FRESH = itertools.count(7)  # image heights no request has sent
 
 
 def test_media_and_lora_inputs_never_get_a_5xx(fuzz_server: ServerProcess,
