@@ -20,6 +20,7 @@ from typing import Any, Literal
 from api.errors import APIError, invalid
 from api.media_fetch import MediaError as FetchError
 from api.media_fetch import MediaPolicy, decode_base64_media, load_media
+from api.media_sniff import HeaderError, check_png_stream
 from engine.config import MtmdConfig
 from engine.media.projector import MediaError, MediaInput, MediaPrompt, Projector
 from engine.media.spans import is_media_token
@@ -33,7 +34,9 @@ def media_policy(cfg: MtmdConfig) -> MediaPolicy:
                        allowed_domains=cfg.allowed_media_domains,
                        allowed_local_path=cfg.allowed_local_media_path,
                        allow_private_addresses=cfg.allow_private_media_addresses,
-                       allowed_private_networks=cfg.allowed_private_media_networks)
+                       allowed_private_networks=cfg.allowed_private_media_networks,
+                       image_max_pixels=cfg.image_max_pixels,
+                       audio_max_seconds=cfg.audio_max_seconds)
 
 
 @dataclass(frozen=True)
@@ -132,7 +135,14 @@ async def load(refs: MediaRefs, policy: MediaPolicy) -> list[MediaInput]:
 def tokenize(projector: Projector, refs: MediaRefs, media: list[MediaInput], text: str,
              add_special: bool) -> MediaPrompt:
     """The rendered prompt with its media (prepare pool). A media the template did not
-    render is left out; one rendered twice, or a prompt that ends in a media, is a 400."""
+    render is left out; one rendered twice, or a prompt that ends in a media, is a 400; so
+    is a PNG whose data inflates past its pixels (checked here, off the event loop)."""
+    for ref, item in zip(refs.refs, media, strict=True):
+        if item.data.startswith(b"\x89PNG"):  # a sniffed PNG: see check_png_stream
+            try:
+                check_png_stream(item.data)
+            except HeaderError as exc:
+                raise invalid(ref.where, f"corrupt PNG: {exc}", code="invalid_media") from None
     parts: list[str | MediaInput] = []
     order: list[int] = []
     at = 0

@@ -29,7 +29,16 @@ from urllib.parse import quote, unquote_to_bytes, urljoin, urlsplit
 
 import httpx
 
-from api.media_sniff import DECODABLE, MediaKind, describe, sniff
+from api.media_sniff import (
+    DECODABLE,
+    HeaderError,
+    MediaKind,
+    audio_seconds,
+    check_image_data,
+    describe,
+    image_size,
+    sniff,
+)
 
 IPAddress: TypeAlias = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -53,10 +62,19 @@ class MediaPolicy:
     max_redirects: int = 5
     # networks allowed although not public (CIDRs, e.g. "10.1.2.0/24" for an internal store)
     allowed_private_networks: tuple[str, ...] = ()
+    # what the decoders allocate, read from the header before they run: stb_image holds
+    # 3-9 bytes a pixel (a GIF's whole canvas, however few its bytes) and a request keeps
+    # its bitmaps until tokenized (16 x 4096^2 x 3 B = 800 MB); mtmd 4 bytes a sample at
+    # the projector's rate (16 kHz)
+    image_max_pixels: int = 4096 * 4096
+    audio_max_seconds: float = 3600.0
 
     def __post_init__(self) -> None:
         if self.image_max_bytes <= 0 or self.audio_max_bytes <= 0:
             raise ValueError("media size limits must be positive")
+        if self.image_max_pixels <= 0 or not (self.audio_max_seconds > 0
+                                              and math.isfinite(self.audio_max_seconds)):
+            raise ValueError("media image_max_pixels and audio_max_seconds must be positive")
         if not (self.timeout_seconds > 0 and math.isfinite(self.timeout_seconds)):
             raise ValueError("media timeout_seconds must be a positive number")
         if self.max_redirects < 0:
@@ -112,8 +130,9 @@ def decode_base64_media(data: str, expected: MediaKind, policy: MediaPolicy,
         if not isinstance(data, str):
             raise _Refused("base64 data must be a string")
         if data[:5].lower() == "data:":
-            return _accept(_data_url_bytes(data, expected, policy), expected)
-        return _accept(_decode_base64(data, expected, policy.limit(expected)), expected)
+            return _accept(_data_url_bytes(data, expected, policy), expected, policy)
+        return _accept(_decode_base64(data, expected, policy.limit(expected)), expected,
+                       policy)
     except _Refused as exc:
         raise MediaError(param, str(exc)) from None
 
@@ -131,7 +150,7 @@ async def _load(source: str, expected: MediaKind, policy: MediaPolicy) -> MediaB
                        f"(expected http://, https://, data: or file:{hint})")
     scheme = match.group(1).lower()
     if scheme == "data":
-        return _accept(_data_url_bytes(source, expected, policy), expected)
+        return _accept(_data_url_bytes(source, expected, policy), expected, policy)
     if scheme not in ("http", "https", "file"):
         raise _Refused(f"unsupported URL scheme {_show(scheme, 32)} "
                        "(expected http, https, data or file)")
@@ -147,18 +166,21 @@ async def _load(source: str, expected: MediaKind, policy: MediaPolicy) -> MediaB
             data = await asyncio.wait_for(
                 asyncio.to_thread(_read_file, source, expected, limit, root),
                 policy.timeout_seconds)
-            return _accept(data, expected)
+            return _accept(data, expected, policy)
         data, content_type = await asyncio.wait_for(
             _fetch_http(source, expected, policy), policy.timeout_seconds)
     except asyncio.TimeoutError:
         raise _Refused(f"loading the {expected} timed out after "
                        f"{policy.timeout_seconds:g} s") from None
     note = f"; the server said Content-Type {_show(content_type, 60)}" if content_type else ""
-    return _accept(data, expected, note)
+    return _accept(data, expected, policy, note)
 
 
-def _accept(data: bytes, expected: MediaKind, note: str = "") -> MediaBytes:
-    """The bytes as ``expected`` media, or the refusal naming what they are instead."""
+def _accept(data: bytes, expected: MediaKind, policy: MediaPolicy,
+            note: str = "") -> MediaBytes:
+    """The bytes as ``expected`` media within the policy's pixel / duration limits (read
+    from the header: decompression bombs never reach a decoder), or the refusal naming what
+    they are instead."""
     noun = "an image" if expected == "image" else "audio"
     found = sniff(data)
     if found is None:
@@ -170,7 +192,28 @@ def _accept(data: bytes, expected: MediaKind, note: str = "") -> MediaBytes:
         supported = ", ".join(_format_name(m) for m in DECODABLE[kind])
         raise _Refused(f"unsupported {kind} format {mime.split('/')[1]} "
                        f"(supported: {supported})")
+    name = _format_name(mime)
+    try:
+        if kind == "image":
+            width, height = image_size(data, mime)
+            if width == 0 or height == 0:
+                raise _Refused(f"corrupt {name}: the header says {width} × {height} pixels")
+            if width * height > policy.image_max_pixels:
+                raise _Refused(f"image too large: {width} × {height} pixels (the limit is "
+                               f"{policy.image_max_pixels} pixels)")
+            check_image_data(data, mime)
+        else:
+            seconds = audio_seconds(data, mime)
+            if seconds is not None and seconds > policy.audio_max_seconds:
+                raise _Refused(f"audio too long: {_duration(seconds)} (the limit is "
+                               f"{policy.audio_max_seconds:g} s)")
+    except HeaderError as exc:
+        raise _Refused(f"corrupt {name}: {exc}") from None
     return MediaBytes(kind, mime, data)
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 1e6 else f"about {seconds:.1e} s"
 
 
 def _format_name(mime: str) -> str:

@@ -1,11 +1,15 @@
 """The long fuzz: thousands of generated request bodies and WebSocket frames against a real
-server (Gemma 3 270M, n_seq_max 4, max_body_bytes 64 KiB).
+server (Gemma 3 270M, n_seq_max 4, max_body_bytes 64 KiB, a random vision + audio
+projector and two LoRA adapters: ``fuzz_bodies.fuzz_config``, the same server as
+tests/test_fuzz.py).
 
-Same strategies as tests/test_fuzz.py (tests/fuzz_bodies.py): near-valid bodies and
-hostile ones (deep nesting, surrogates, huge numbers, duplicate keys, bad UTF-8, ...),
-then WebSocket frames on one connection. Prints statuses per endpoint and dropped
-connections; fails (exit 1) on any 5xx, any dropped connection, any unanswered frame or
-an unhealthy server afterwards.
+Same strategies as tests/test_fuzz.py (tests/fuzz_bodies.py): near-valid bodies, media and
+LoRA bodies (data: / http(s) / file: URLs, corrupt and bomb-like images and audio, every
+shape of ``lora``) and hostile ones (deep nesting, surrogates, huge numbers, duplicate
+keys, bad UTF-8, ...), then WebSocket frames on one connection. Prints statuses per
+endpoint and dropped connections; fails (exit 1) on any 5xx, any dropped connection, any
+unanswered frame, an unhealthy server afterwards, or an image request that no longer
+works.
 
     flock /tmp/llamaserve-bench.lock python bench/fuzz.py --examples 10000 --ws-examples 1000
 """
@@ -13,6 +17,7 @@ an unhealthy server afterwards.
 from __future__ import annotations
 
 import argparse
+import base64
 import sys
 import tempfile
 import time
@@ -27,8 +32,16 @@ from websockets.sync.client import connect
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-from conftest import gemma_config, start_server  # noqa: E402
-from fuzz_bodies import CHATML, any_bodies, post_raw, ws_exchange, ws_frames  # noqa: E402
+import media_samples  # noqa: E402
+from conftest import start_server  # noqa: E402
+from fuzz_bodies import (  # noqa: E402
+    any_bodies,
+    check_error_shape,
+    fuzz_config,
+    post_raw,
+    ws_exchange,
+    ws_frames,
+)
 
 
 def main() -> int:
@@ -42,10 +55,7 @@ def main() -> int:
     failures: list[tuple[str, Any, str]] = []
     started = time.monotonic()
     with tempfile.TemporaryDirectory() as tmp:
-        cfg = gemma_config(max_output_tokens=4, n_seq_max=4, embedding=True,
-                           chat_template=CHATML)
-        cfg["server"]["max_body_bytes"] = 65536
-        server = start_server(cfg, Path(tmp))
+        server = start_server(fuzz_config(Path(tmp)), Path(tmp))
         try:
             with httpx.Client(base_url=server.url, timeout=120) as http:
                 @settings(max_examples=args.examples, deadline=None, database=None,
@@ -61,8 +71,10 @@ def main() -> int:
                     counts[(path, r.status_code)] += 1
                     if r.status_code >= 500:
                         failures.append((path, raw[:200], r.text[:300]))
-                    elif r.status_code >= 400 and set(r.json().get("error", {})) != {
-                            "message", "type", "param", "code"}:
+                        return
+                    try:  # OpenAI's shape, Anthropic's on /v1/messages
+                        check_error_shape(r)
+                    except (AssertionError, ValueError):
                         failures.append((path, raw[:200], "bad error shape " + r.text[:200]))
 
                 check()
@@ -91,6 +103,12 @@ def main() -> int:
                 check_ws()
                 ws.close()
                 healthy = http.get("/healthz").status_code == 200
+                image = base64.b64encode(media_samples.png(9, 9)).decode()
+                media_ok = http.post("/v1/chat/completions", json={
+                    "max_tokens": 2, "messages": [{"role": "user", "content": [
+                        {"type": "text", "text": "What is this?"},
+                        {"type": "image_url", "image_url": {
+                            "url": f"data:image/png;base64,{image}"}}]}]}).status_code == 200
                 m = server.metrics()
                 running = m["llamaserve_requests_running"]
                 alive = m["llamaserve_engine_alive"]
@@ -105,11 +123,11 @@ def main() -> int:
           f"(dropped/unanswered: {ws_seen['dropped']})")
     for outcome, n in sorted(ws_seen.items()):
         print(f"  {outcome:48} {n}")
-    print(f"healthy afterwards: {healthy}; engine alive: {alive:g}; sequences running: "
-          f"{running:g}; total {time.monotonic() - started:.0f} s")
+    print(f"healthy afterwards: {healthy}; an image request works: {media_ok}; engine alive: "
+          f"{alive:g}; sequences running: {running:g}; total {time.monotonic() - started:.0f} s")
     for path, body, text in failures[:10]:
         print("FAIL:", path, repr(body)[:200], text)
-    return 0 if not failures and healthy and running == 0 else 1
+    return 0 if not failures and healthy and media_ok and running == 0 else 1
 
 
 if __name__ == "__main__":

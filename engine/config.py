@@ -95,6 +95,8 @@ class MtmdConfig:
     image_max_bytes: int = 20 * 1024 * 1024
     audio_max_bytes: int = 100 * 1024 * 1024
     image_timeout_seconds: float = 10.0
+    image_max_pixels: int = 4096 * 4096  # claimed by the header, checked before decoding
+    audio_max_seconds: float = 3600.0  # claimed by a WAV / FLAC header, checked likewise
     allowed_media_domains: tuple[str, ...] | None = None  # exact host names; None = any
     allowed_local_media_path: str | None = None  # file: URLs only below this root
     allow_private_media_addresses: bool = False  # loopback / private hosts (trusted networks)

@@ -1,14 +1,22 @@
 """Hypothesis strategies for request bodies: near-valid requests with fields of the wrong
-type, out of range, unknown, or missing, for every endpoint. Shared by the short CI fuzz
-(tests/test_fuzz.py) and the long one (bench/fuzz.py)."""
+type, out of range, unknown, or missing, for every endpoint; images, audio and LoRA
+adapters through their real paths (``fuzz_config``: a projector, two adapters and a media
+root on Gemma 3 270M). Shared by the short CI fuzz (tests/test_fuzz.py) and the long one
+(bench/fuzz.py)."""
 
 from __future__ import annotations
 
+import base64
 import json
+import os
+from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 from hypothesis import strategies as st
+
+import media_samples as samples
 
 JSON = st.recursive(
     st.none() | st.booleans() | st.integers(-2**40, 2**40) | st.floats(allow_nan=False)
@@ -18,18 +26,384 @@ JSON = st.recursive(
     max_leaves=12)
 
 TEXT = st.text(max_size=40)
+
+# -- media and LoRA: the fuzz server's projector, adapters and media root -------------------
+
+LORA_NAMES = ("style-a", "style-b")
+MEDIA_MAX_BYTES = 32 * 1024  # under max_body_bytes (64 KiB): "too large" is reachable
+MEDIA_MAX_PIXELS = 2048 * 2048
+MEDIA_MAX_SECONDS = 60.0
+MEDIA_ROOT = "/nonexistent-llamaserve-fuzz-media"  # fuzz_config points it at a real directory
+
+
+def fuzz_config(tmp: Path) -> dict[str, Any]:
+    """The fuzz server: Gemma 3 270M with a chat template (chat, Responses and Anthropic
+    bodies run all the way through), 4 sequences, 64 KiB bodies, a vision + audio projector
+    and two LoRA adapters written for Gemma's width into ``tmp``, small media limits, no
+    private addresses (every generated URL is refused before any connection) and a media
+    root for file: URLs (sets ``MEDIA_ROOT``)."""
+    global MEDIA_ROOT
+    from make_test_models import read_base_model, write_lora_adapter, write_projector
+
+    from conftest import gemma_config, require_model
+
+    base = read_base_model(require_model("gemma"))
+    models = tmp / "models"
+    models.mkdir(parents=True, exist_ok=True)
+    mmproj = write_projector(models / "mmproj.gguf", base.n_embd, vision=True, audio=True)
+    loras = [{"path": str(write_lora_adapter(models / f"{name}.gguf", base, seed=i + 1)),
+              "name": name, "scale": 0.0} for i, name in enumerate(LORA_NAMES)]
+    root = tmp / "media"
+    (root / "sub").mkdir(parents=True, exist_ok=True)
+    (root / "ok.png").write_bytes(samples.png(3, 2))
+    (root / "sound.wav").write_bytes(samples.wav())
+    (root / "big.png").write_bytes(samples.png() + bytes(MEDIA_MAX_BYTES))
+    (root / "bomb.gif").write_bytes(samples.gif_claiming(65535, 65535))
+    (root / "page.png").write_bytes(b"<!doctype html><html></html>")
+    for name, target in (("escape.png", "/etc/passwd"), ("zero.png", "/dev/zero")):
+        if not (root / name).is_symlink():
+            (root / name).symlink_to(target)
+    if not (root / "fifo.png").exists():
+        os.mkfifo(root / "fifo.png")
+    MEDIA_ROOT = str(root.resolve())
+    cfg = gemma_config(max_output_tokens=4, n_seq_max=4, embedding=True, chat_template=CHATML,
+                       mtmd={"mmproj_path": str(mmproj), "image_max_bytes": MEDIA_MAX_BYTES,
+                             "audio_max_bytes": MEDIA_MAX_BYTES, "image_timeout_seconds": 1,
+                             "max_media_per_request": 4, "image_max_pixels": MEDIA_MAX_PIXELS,
+                             "audio_max_seconds": MEDIA_MAX_SECONDS,
+                             "allowed_local_media_path": MEDIA_ROOT},
+                       loras=loras)
+    cfg["server"]["max_body_bytes"] = 65536
+    return cfg
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+VALID_IMAGES = [samples.png(), samples.png(3, 5), samples.GIF, samples.bmp(), samples.jpeg()]
+VALID_AUDIO = [samples.wav(), samples.mp3()]
+# valid magic, hostile header or body: each refused from its header, or decoded within the
+# limits (the last pixel / second under them included)
+HOSTILE_IMAGES = [
+    samples.png_claiming(65535, 65535), samples.png_claiming(2**31, 2**31),
+    samples.png_claiming(2049, 2048), samples.png_claiming(0, 5), samples.png_claiming(1, 1),
+    samples.png_bomb(2048, 2048), samples.png_bomb(4096, 4096),
+    samples.gif_claiming(65535, 65535), samples.gif_claiming(2048, 2048),
+    samples.gif_claiming(0, 0), samples.bmp_claiming(65535, 65535),
+    samples.bmp_claiming(2048, -2048), samples.bmp_claiming(-1, 1),
+    samples.bmp_claiming(7, 7, bits=0), samples.bmp_claiming(7, 7, bits=33),
+    samples.jpeg_claiming(65535, 65535), samples.jpeg_claiming(1024, 1024),
+    samples.jpeg_claiming(0, 0), samples.jpeg_claiming(256, 256, scans=150),
+    samples.jpeg_claiming(512, 512, scans=100), samples.png_interlaced(37, 23),
+    samples.png_claiming(16, 16, samples.zeros_zlib(3_000_000)),
+    samples.png()[:40] + b"garbage" * 9, b"GIF89a" + bytes(20),
+    b"BM" + bytes(12) + b"\x28" + bytes(40), samples.webp(), b"\xff\xd8\xff\xe0" + bytes(60),
+]
+HOSTILE_AUDIO = [
+    samples.wav_claiming(), samples.wav_claiming(channels=0), samples.wav_claiming(rate=0),
+    samples.wav_claiming(rate=1, bits=8), samples.wav_claiming(rate=1, bits=8, payload=bytes(59)),
+    samples.wav_claiming(fmt_tag=3, bits=32), samples.wav_claiming(fmt_tag=2, bits=4),
+    samples.wav_claiming(bits=0), samples.wav_claiming(channels=65535),
+    samples.wav_claiming(rate=2**32 - 1), samples.flac_claiming(),
+    samples.flac_claiming(rate=16000, total_samples=16000 * 61), samples.flac(),
+    b"RIFF\xff\xff\xff\xffWAVE" + bytes(40), b"ID3\x04\x00\x00\x00\x00\x00\x00" + bytes(30),
+    b"fLaC" + bytes(30), samples.MP3_FRAME[:4] + b"\xff" * 40,
+    samples.ID3_EMPTY + samples.flac_claiming(), samples.ID3_EMPTY + b"OggS" + bytes(30),
+    samples.mp3_xing(1_000_000), samples.mp3_xing(1000), samples.mp3_xing(2**32 - 1),
+    samples.mp3() + b"Info" * 70, b"\xff\xf3\x00\xc0" * 1000,  # free-format 4-byte frames
+]
+MEDIA_BYTES = st.one_of(
+    st.sampled_from(VALID_IMAGES), st.sampled_from(HOSTILE_IMAGES),
+    st.sampled_from(HOSTILE_AUDIO),
+    st.sampled_from(VALID_AUDIO),
+    # a valid sample cut short, or with bytes overwritten after the magic
+    st.builds(lambda d, at: d[:at], st.sampled_from(VALID_IMAGES + VALID_AUDIO),
+              st.integers(0, 60)),
+    st.builds(lambda d, at, junk: d[:at] + junk + d[at + len(junk):],
+              st.sampled_from(VALID_IMAGES + VALID_AUDIO), st.integers(8, 60),
+              st.binary(min_size=1, max_size=8)),
+    st.binary(max_size=40))
+MIMES = st.sampled_from(["image/png", "image/jpeg", "audio/wav", "", "text/html",
+                         "image/png;charset=utf-8", "x/y,z", "image/svg+xml"])
+
+
+@st.composite
+def base64_payloads(draw: st.DrawFn) -> str:
+    """Base64 of media bytes, damaged or not: padding left out, line breaks, characters
+    outside the alphabet, a data: URL where bare base64 goes, or too long."""
+    text = _b64(draw(MEDIA_BYTES))
+    how = draw(st.sampled_from(["plain", "unpadded", "lines", "junk", "data_url", "one_extra",
+                                "huge", "plain"]))  # the ends come up most
+    if how == "unpadded":
+        return text.rstrip("=")
+    if how == "lines":
+        return "\r\n".join(text[i:i + 60] for i in range(0, len(text), 60))
+    if how == "junk":
+        at = draw(st.integers(0, len(text)))
+        return text[:at] + draw(st.sampled_from(["!", "%", "=", " ", "\u00e9", "-_"])) + text[at:]
+    if how == "data_url":
+        return f"data:{draw(MIMES)};base64,{text}"
+    if how == "one_extra":
+        return text + "A"
+    return "A" * draw(st.sampled_from([43_700, 44_000, 60_000]))  # about the 32 KiB limit
+
+
+@st.composite
+def data_urls(draw: st.DrawFn) -> str:
+    data = draw(MEDIA_BYTES)
+    mime = draw(MIMES)
+    how = draw(st.sampled_from(["base64", "percent", "pct_base64", "no_comma", "bad_percent",
+                                "surrogate", "huge_plain", "upper", "base64"]))
+    if how == "base64":
+        return f"data:{mime};base64,{draw(base64_payloads())}"
+    if how == "percent":
+        return f"data:{mime}," + quote(data)
+    if how == "pct_base64":
+        return f"data:{mime};base64," + _b64(data).replace("+", "%2B").replace("/", "%2F")
+    if how == "no_comma":
+        return f"data:{mime};base64{_b64(data)}"
+    if how == "bad_percent":
+        return f"data:{mime}," + quote(data) + draw(st.sampled_from(["%", "%z", "%zz", "%f"]))
+    if how == "surrogate":  # the body decoder refuses it before any media code
+        return f"data:{mime};base64,{_b64(data)}" + draw(st.sampled_from(["\ud800", "\udfff"]))
+    if how == "huge_plain":
+        return f"data:{mime}," + "x" * draw(st.sampled_from([33_000, 60_000]))
+    return f"DATA:{mime.upper()};BASE64,{_b64(data)}"
+
+
+# hosts that never leave the machine: literals of private / reserved / loopback addresses
+# (refused before connecting), names that resolve locally, and .invalid (never resolves)
+HOSTS = [
+    "127.0.0.1", "127.0.0.2", "10.0.0.1", "172.16.0.1", "192.168.1.1", "100.64.0.1",
+    "169.254.169.254", "0.0.0.0", "0", "255.255.255.255", "224.0.0.1", "192.0.2.1",
+    "[::1]", "[::]", "[::ffff:127.0.0.1]", "[::ffff:169.254.169.254]", "[fd00::1]",
+    "[fe80::1%25eth0]", "[64:ff9b::a00:1]", "[2002:7f00:1::]", "[::1", "[not:an:ip]",
+    "localhost", "LOCALHOST", "localhost.", "example.invalid", "a.b.c.example.invalid",
+    # numeric spellings of 127.0.0.1 / 10.0.0.1 the resolver reads (inet_aton)
+    "2130706433", "0x7f000001", "0177.0.0.1", "127.1", "0x7f.1", "167772161", "012.0.0.1",
+    # unicode / IDNA: spoofs of localhost and dots, junk labels
+    "\uff4c\uff4f\uff43\uff41\uff4c\uff48\uff4f\uff53\uff54", "127\u30020\u30020\u30021",
+    "ex\u00e4mple.invalid", "\u2603.invalid", "xn--.invalid", "xn--zz.invalid",
+    "a" * 64 + ".invalid", ("a" * 63 + ".") * 4 + "invalid", "a..b.invalid", "-a.invalid",
+    "ex ample.invalid", "exa%6dple.invalid", "\u0130.invalid", "\u200b.invalid", "",
+    # userinfo
+    "user:pass@example.invalid", "127.0.0.1@example.invalid", "example.invalid@127.0.0.1",
+    "@example.invalid", "a@b@example.invalid",
+]
+PORTS = ["", ":80", ":0", ":1", ":65535", ":65536", ":99999", ":-1", ":1e3", ":",
+         ":\uff18\uff10", ":8080:80", ":" + "9" * 30]
+PATHS = ["/x.png", "/", "", "/a%00b.png", "/..%2f..%2fetc%2fpasswd", "/x.png?q=1#f",
+         "/\u00e9.png", "/" + "a" * 8200, "/%zz", "\\x.png"]
+
+
+@st.composite
+def http_urls(draw: st.DrawFn) -> str:
+    scheme = draw(st.sampled_from(["http", "https", "HTTP", "hTTps"]))
+    return (f"{scheme}://{draw(st.sampled_from(HOSTS))}{draw(st.sampled_from(PORTS))}"
+            f"{draw(st.sampled_from(PATHS))}")
+
+
+FILE_PATHS = ["/ok.png", "/sound.wav", "/big.png", "/bomb.gif", "/page.png", "/escape.png",
+              "/zero.png", "/fifo.png", "/sub", "/sub/", "/missing.png", "/../../etc/passwd",
+              "/%2e%2e/%2e%2e/etc/passwd", "/ok.png%00.txt", "/ok.png?x=1", "/ok.png#f",
+              "/./ok.png", "//ok.png", "/ok%2Epng", "/" + "a" * 300]
+
+
+@st.composite
+def file_urls(draw: st.DrawFn) -> str:
+    """file: URLs inside the fuzz server's media root (some escaping it) and outside."""
+    path = draw(st.sampled_from(FILE_PATHS))
+    form = draw(st.sampled_from(["file://", "file:", "file://localhost",
+                                 "file://example.invalid", "FILE://", "file://"]))
+    if draw(st.integers(0, 4)) == 0:
+        return form + draw(st.sampled_from(["/etc/passwd", "/dev/zero", "/proc/self/mem",
+                                            "/", "", "ok.png", "/etc/../etc/passwd"]))
+    return form + quote(MEDIA_ROOT) + path
+
+
+OTHER_URLS = st.sampled_from([
+    "ftp://example.invalid/x.png", "gopher://127.0.0.1:70/", "javascript:alert(1)",
+    "about:blank", "blob:http://example.invalid/1", "C:\\img.png", "//example.invalid/x.png",
+    "/etc/passwd", "", " ", "data", "http:", "http://", "https://[", "ws://127.0.0.1/",
+    "x" * 70, _b64(samples.png()), "data:,", "data:", "mailto:a@example.invalid",
+    "http://example.invalid/" + "a" * 20_000])
+MEDIA_URL = st.one_of(data_urls(), http_urls(), file_urls(), OTHER_URLS)
+NOT_A_URL = st.one_of(JSON, st.fixed_dictionaries({"url": MEDIA_URL}),
+                      st.lists(MEDIA_URL, min_size=1, max_size=2))
+DETAIL = st.sampled_from(["auto", "low", "high", "x", ""]) | JSON
+
+
+def _pick(draw: st.DrawFn, weights: dict[str, int]) -> str:
+    """One of the keys, as often as its weight (hypothesis's ``one_of`` favours its first
+    branches and optional keys' absence; a short run needs every class)."""
+    return draw(st.sampled_from([k for k, n in weights.items() for _ in range(n)]))
+
+
+@st.composite
+def url_objects(draw: st.DrawFn) -> Any:
+    """``{"url": ..., "detail"?: ...}`` mostly; a bare string where the object goes, junk,
+    or no url."""
+    how = _pick(draw, {"object": 6, "bare": 1, "junk": 1, "no_url": 1})
+    if how == "object":
+        obj: dict[str, Any] = {"url": draw(MEDIA_URL)}
+        if draw(st.integers(0, 3)) == 0:
+            obj["detail"] = draw(DETAIL)
+        return obj
+    if how == "bare":
+        return draw(MEDIA_URL)
+    if how == "junk":
+        return draw(NOT_A_URL)
+    return {"detail": draw(DETAIL)}
+
+
+AUDIO_FORMATS = st.sampled_from(["wav", "mp3", "flac", "ogg", "", "WAV"]) | JSON
+
+
+@st.composite
+def audio_objects(draw: st.DrawFn) -> Any:
+    """``input_audio``: base64 ``data`` and maybe a ``format``, or junk."""
+    how = _pick(draw, {"data": 6, "junk_data": 1, "junk": 1})
+    if how == "junk":
+        return draw(JSON)
+    obj = {"data": draw(base64_payloads() if how == "data" else JSON)}
+    if draw(st.booleans()):
+        obj["format"] = draw(AUDIO_FORMATS)
+    return obj
+
+
+@st.composite
+def chat_media_parts(draw: st.DrawFn) -> dict[str, Any]:
+    how = _pick(draw, {"image_url": 6, "input_audio": 2, "audio_url": 2, "input_image": 1,
+                       "file": 1, "type_only": 1})
+    if how in ("image_url", "audio_url"):
+        return {"type": how, how: draw(url_objects())}
+    if how == "input_audio":
+        return {"type": how, "input_audio": draw(audio_objects())}
+    if how == "input_image":  # a Responses part in chat
+        return {"type": how, "image_url": draw(MEDIA_URL)}
+    if how == "file":
+        return {"type": draw(st.sampled_from(["file", "input_file"])), "file": draw(JSON)}
+    return {"type": draw(st.sampled_from(["image_url", "input_audio", "audio_url"]))}
+
+
+@st.composite
+def responses_media_parts(draw: st.DrawFn) -> dict[str, Any]:
+    how = _pick(draw, {"url": 6, "junk_url": 1, "file_id": 1, "input_audio": 3, "other": 1})
+    if how == "input_audio":
+        return {"type": how, "input_audio": draw(audio_objects())}
+    if how == "other":
+        return {"type": draw(st.sampled_from(["input_file", "image_url"])),
+                "image_url": draw(url_objects()), "file_data": draw(JSON)}
+    part: dict[str, Any] = {"type": "input_image"}
+    if how == "url":
+        part["image_url"] = draw(MEDIA_URL)
+    elif how == "junk_url":
+        part["image_url"] = draw(NOT_A_URL)
+    else:
+        part["file_id"] = draw(st.sampled_from(["file-1", ""]) | JSON)
+    if draw(st.integers(0, 3)) == 0:
+        part["detail"] = draw(DETAIL)
+    return part
+
+
+MEDIA_TYPES = st.sampled_from(["image/png", "image/jpeg", "image/gif", "image/webp",
+                               "audio/wav", "", "x/y,z", "image/png;base64"]) | JSON
+
+
+@st.composite
+def anthropic_images(draw: st.DrawFn) -> dict[str, Any]:
+    """An image block: a base64 or url source (fields missing or junk now and then)."""
+    how = _pick(draw, {"base64": 5, "url": 3, "other_source": 1, "no_source": 1, "junk": 1})
+    if how == "no_source":
+        return {"type": "image"}
+    if how == "junk":
+        return {"type": "image", "source": draw(JSON)}
+    if how == "other_source":
+        return {"type": "image", "source": {"type": draw(st.sampled_from(["file", "x"])),
+                                            "file_id": draw(TEXT)}}
+    if how == "url":
+        source: dict[str, Any] = {"type": "url", "url": draw(MEDIA_URL)}
+    else:
+        source = {"type": "base64", "media_type": draw(MEDIA_TYPES),
+                  "data": draw(base64_payloads())}
+    if draw(st.integers(0, 5)) == 0:  # a field missing or of the wrong type
+        key = draw(st.sampled_from(sorted(source)))
+        if draw(st.booleans()):
+            del source[key]
+        else:
+            source[key] = draw(JSON)
+    return {"type": "image", "source": source}
+
+
+CHAT_MEDIA_PART = chat_media_parts()
+RESPONSES_MEDIA_PART = responses_media_parts()
+ANTHROPIC_IMAGE = anthropic_images()
+TEXT_PART = st.fixed_dictionaries({"type": st.sampled_from(["text", "input_text"]),
+                                   "text": TEXT})
+
+# many parts: past max_media_per_request (4) with valid tiny images, or exactly at it
+_TINY = "data:image/png;base64," + _b64(samples.png())
+MANY_MEDIA = st.integers(3, 8).map(
+    lambda n: [{"type": "text", "text": "Look:"}]
+    + [{"type": "image_url", "image_url": {"url": _TINY}}] * n)
+
+LORA_IDS = st.integers(-2, 3) | st.sampled_from([True, False, "0", 0.0, 1.0, 2**63, -2**63])
+LORA_REFS = st.sampled_from([*LORA_NAMES, "STYLE-A", "style-c", "", "gemma-3-270m",
+                             "style-a ", "style-a.gguf"])
+LORA_SCALES = st.floats(-150, 150, allow_nan=False) | st.sampled_from([
+    0, 1, -1, 100, -100, 100.0000001, 1e308, -1e308, 5e-324, 2**64, "1", "NaN", "Infinity",
+    "-1e999", True, False, None])
+
+
+@st.composite
+def lora_entries(draw: st.DrawFn) -> Any:
+    """One ``lora`` entry: by id or name (known or not), with a scale (in range or not,
+    of the wrong type), both, neither, or not an object."""
+    how = _pick(draw, {"id": 4, "name": 4, "both": 1, "neither": 1, "junk": 1})
+    if how == "junk":
+        return draw(JSON)
+    entry: dict[str, Any] = {}
+    if how in ("id", "both"):
+        entry["id"] = draw(LORA_IDS | JSON) if draw(st.integers(0, 5)) == 0 else \
+            draw(LORA_IDS)
+    if how in ("name", "both"):
+        entry["name"] = draw(LORA_REFS | JSON) if draw(st.integers(0, 5)) == 0 else \
+            draw(LORA_REFS)
+    if draw(st.integers(0, 3)) > 0:
+        entry["scale"] = draw(LORA_SCALES | JSON) if draw(st.integers(0, 5)) == 0 else \
+            draw(LORA_SCALES)
+    return entry
+
+
+LORA_ENTRY = lora_entries()
+LORA = st.one_of(
+    st.lists(LORA_ENTRY, max_size=3),
+    st.lists(LORA_ENTRY, min_size=1, max_size=2).map(lambda x: x * 2),  # duplicates
+    st.sampled_from([[{}] * 10_000, [0] * 10_000, [{"id": 0, "scale": 0.5}] * 2000,
+                     [{"name": "style-a"}, {"id": 0, "scale": -1}], []]),
+    JSON)
+MODEL = st.sampled_from(["x", "gemma-3-270m", *LORA_NAMES, "Style-A", "style-a ", ""]) | JSON
+# in every endpoint's field list: mostly an adapter set the server has (the body can still
+# succeed), else any ``lora`` value
+VALID_LORA = st.lists(st.fixed_dictionaries({"name": st.sampled_from(LORA_NAMES)}, optional={
+    "scale": st.floats(-2, 2, allow_nan=False)}), max_size=2)
+
 MESSAGE = st.fixed_dictionaries({"role": st.sampled_from(["user", "system", "assistant",
                                                           "tool", "developer", "robot"]),
                                  "content": TEXT | st.lists(st.fixed_dictionaries({
                                      "type": st.sampled_from(["text", "image_url", "x"]),
-                                     "text": TEXT}), max_size=2) | JSON})
+                                     "text": TEXT}), max_size=2)
+                                 | st.lists(TEXT_PART | CHAT_MEDIA_PART, max_size=5)
+                                 | MANY_MEDIA | JSON})
 TOOL = st.fixed_dictionaries({"type": st.sampled_from(["function", "web_search"]),
                               "function": st.fixed_dictionaries({
                                   "name": st.sampled_from(["f", "get_weather", ""]),
                                   "parameters": st.just({"type": "object", "properties": {
                                       "a": {"type": "integer"}}}) | JSON})})
 COMMON: dict[str, Any] = {
-    "model": st.sampled_from(["x", "gemma-3-270m"]) | JSON,
+    "model": MODEL,
+    "lora": VALID_LORA | LORA,
     "max_tokens": st.integers(-5, 6) | JSON,
     "temperature": st.floats(-1, 3, allow_nan=False) | JSON,
     "top_p": st.floats(-1, 2, allow_nan=False) | JSON,
@@ -51,12 +425,15 @@ CHATML = ("{% for m in messages %}<start>{{ m.role }}\n{{ m.content or '' }}"
 BLOCK = st.fixed_dictionaries({
     "type": st.sampled_from(["text", "tool_use", "tool_result", "thinking", "image", "x"]),
     "text": TEXT | JSON, "id": TEXT, "tool_use_id": TEXT, "name": TEXT,
-    "input": JSON, "content": TEXT | JSON, "thinking": TEXT})
+    "input": JSON, "content": TEXT | JSON | st.lists(ANTHROPIC_IMAGE, max_size=2),
+    "thinking": TEXT})
 ANTHROPIC: dict[str, Any] = {
-    "model": COMMON["model"], "system": TEXT | st.lists(BLOCK, max_size=2) | JSON,
+    "model": COMMON["model"], "lora": COMMON["lora"],
+    "system": TEXT | st.lists(BLOCK | ANTHROPIC_IMAGE, max_size=2) | JSON,
     "messages": st.lists(st.fixed_dictionaries({
         "role": st.sampled_from(["user", "assistant", "x"]),
-        "content": TEXT | st.lists(BLOCK, max_size=3) | JSON}), max_size=3) | JSON,
+        "content": TEXT | st.lists(BLOCK | ANTHROPIC_IMAGE, max_size=3) | JSON}), max_size=3)
+    | JSON,
     "tools": st.lists(st.fixed_dictionaries({"name": TEXT, "input_schema": JSON}),
                       max_size=2) | JSON,
     "tool_choice": st.fixed_dictionaries({"type": st.sampled_from(
@@ -80,8 +457,10 @@ ENDPOINTS: dict[str, dict[str, Any]] = {
         "type": st.sampled_from(["message", "function_call_output", "reasoning", "x",
                                  "custom_tool_call", "local_shell_call", "web_search_call",
                                  "function_call", "item_reference"]),
-        "role": st.sampled_from(["user", "assistant", "x"]), "content": TEXT | JSON,
-        "output": TEXT | JSON, "name": TEXT, "namespace": TEXT | JSON,
+        "role": st.sampled_from(["user", "assistant", "system", "developer", "x"]),
+        "content": TEXT | JSON | st.lists(TEXT_PART | RESPONSES_MEDIA_PART, max_size=5),
+        "output": TEXT | JSON | st.lists(TEXT_PART | RESPONSES_MEDIA_PART, max_size=2),
+        "name": TEXT, "namespace": TEXT | JSON,
         "encrypted_content": TEXT | JSON, "action": JSON}),
         max_size=3) | JSON, "instructions": TEXT | JSON,
         "tools": st.lists(st.fixed_dictionaries({
@@ -107,6 +486,7 @@ ENDPOINTS: dict[str, dict[str, Any]] = {
                                                                "text": TEXT | JSON}),
                                         max_size=2) | JSON,
                 "n_predict": st.integers(-2, 6) | JSON, "stream": st.booleans() | JSON,
+                "lora": COMMON["lora"], "model": MODEL,
                 "temperature": COMMON["temperature"]},
 }
 
@@ -121,6 +501,73 @@ def request_bodies(draw: st.DrawFn) -> tuple[str, Any]:
     fields = ENDPOINTS[path]
     keys = draw(st.lists(st.sampled_from(sorted(fields)), unique=True, max_size=len(fields)))
     return path, {k: draw(fields[k]) for k in keys}
+
+
+# weighted: where media go most ways (completions: only the LoRA choice)
+MEDIA_PATHS = ("/v1/chat/completions", "/v1/chat/completions", "/v1/chat/completions",
+               "/v1/responses", "/v1/responses", "/v1/messages", "/v1/messages",
+               "/v1/messages/count_tokens", "/v1/completions", "/v1/tokenize")
+
+
+@st.composite
+def media_bodies(draw: st.DrawFn, paths: tuple[str, ...] = MEDIA_PATHS) -> tuple[str, Any]:
+    """(path, body): a valid request but for its media parts (in any role's message, a
+    Responses message or tool output, an Anthropic user turn, tool result or system) and its
+    LoRA choice (``lora`` field, ``model`` naming an adapter)."""
+    path = draw(st.sampled_from(paths))
+    extra: dict[str, Any] = {}
+    if draw(st.integers(0, 2)) == 0 or path == "/v1/completions":
+        extra["lora"] = draw(LORA)
+    if draw(st.integers(0, 3)) == 0:
+        extra["model"] = draw(MODEL)
+    if draw(st.integers(0, 3)) == 0:
+        extra["stream"] = True
+    if path in ("/v1/chat/completions", "/v1/tokenize"):
+        role = draw(st.sampled_from(["user", "user", "user", "system", "assistant", "tool",
+                                     "developer"]))
+        many = draw(st.integers(0, 7)) == 0
+        message: dict[str, Any] = {"role": role, "content": draw(MANY_MEDIA) if many else
+                                   draw(st.lists(CHAT_MEDIA_PART | TEXT_PART, min_size=1,
+                                                 max_size=4))}
+        if role == "tool":
+            message["tool_call_id"] = "c1"
+        messages = [message] if role == "user" else [message, {"role": "user",
+                                                                "content": "Hi"}]
+        if path == "/v1/tokenize":
+            return path, {"messages": messages}
+        return path, {"messages": messages, "max_tokens": 1, **extra}
+    if path == "/v1/responses":
+        parts = draw(st.lists(RESPONSES_MEDIA_PART | TEXT_PART, min_size=1, max_size=4))
+        if draw(st.integers(0, 4)) == 0:  # a tool's output with images
+            items: list[Any] = [
+                {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+                {"type": "function_call_output", "call_id": "c1", "output": parts}]
+        else:
+            items = [{"type": "message", "role": draw(st.sampled_from(
+                ["user", "user", "system", "developer", "assistant"])), "content": parts}]
+        if draw(st.booleans()):
+            items.append({"type": "message", "role": "user", "content": "Hi"})
+        return path, {"input": items, "max_output_tokens": 1, **extra}
+    if path.startswith("/v1/messages"):
+        blocks = draw(st.lists(ANTHROPIC_IMAGE | st.just({"type": "text", "text": "Hi"}),
+                               min_size=1, max_size=3))
+        where = draw(st.sampled_from(["user", "user", "tool_result", "system", "assistant"]))
+        if where == "tool_result":
+            messages = [{"role": "assistant", "content": [
+                            {"type": "tool_use", "id": "t1", "name": "f", "input": {}}]},
+                        {"role": "user", "content": [
+                            {"type": "tool_result", "tool_use_id": "t1", "content": blocks}]}]
+            messages.insert(0, {"role": "user", "content": "Hi"})
+        elif where in ("user", "assistant"):
+            messages = [{"role": where, "content": blocks}]
+            if where == "assistant":
+                messages.insert(0, {"role": "user", "content": "Hi"})
+        else:
+            messages = [{"role": "user", "content": "Hi"}]
+            extra["system"] = blocks
+        body = {"messages": messages, **extra}
+        return path, body if path.endswith("count_tokens") else {**body, "max_tokens": 1}
+    return path, {"prompt": "Hi", "max_tokens": 1, **extra}
 
 
 def post(http: httpx.Client, case: tuple[str, Any]) -> httpx.Response:
@@ -175,7 +622,8 @@ def hostile_bodies(draw: st.DrawFn) -> tuple[str, bytes]:
             "tokens": [1, 2], "max_tokens": 2, "max_output_tokens": 2}
     parts = [f"{json.dumps(k)}: {json.dumps(v)}" for k, v in base.items()]
     kind = draw(st.sampled_from(["deep", "deep_whole", "text", "key", "number", "boundary",
-                                 "duplicate", "bad_utf8", "long", "arguments"]))
+                                 "duplicate", "bad_utf8", "long", "arguments", "media",
+                                 "lora"]))
     if kind == "deep":
         parts.append(f'{json.dumps(draw(st.sampled_from([*sorted(base), "tools"])))}: '
                      f"{draw(DEEP)}")
@@ -201,6 +649,34 @@ def hostile_bodies(draw: st.DrawFn) -> tuple[str, bytes]:
         parts.append('"input": ' + json.dumps([{"type": "function_call", "call_id": "c1",
                                                 "name": "f", "arguments": inner}]))
         parts = [p for p in parts if not p.startswith('"input": "')]
+    elif kind == "media":  # one hostile value inside an image / audio part
+        wild = draw(DEEP | WILD_TEXT.map(json.dumps) | HUGE_NUMBERS
+                    | WILD_TEXT.map(lambda t: json.dumps("data:image/png;base64," + t)))
+        chat_part, item_part = draw(st.sampled_from([
+            ('{"type": "image_url", "image_url": {"url": %s}}',
+             '{"type": "input_image", "image_url": %s}'),
+            ('{"type": "image_url", "image_url": %s}',
+             '{"type": "input_image", "image_url": "data:,", "detail": %s}'),
+            ('{"type": "image_url", "image_url": {"url": "data:,", "detail": %s}}',
+             '{"type": "input_image", "file_id": %s}'),
+            ('{"type": "input_audio", "input_audio": {"data": %s, "format": "wav"}}',
+             '{"type": "input_audio", "input_audio": {"data": %s}}'),
+            ('{"type": "input_audio", "input_audio": {"data": "", "format": %s}}',
+             '{"type": "input_audio", "input_audio": %s}'),
+            ('{"type": "audio_url", "audio_url": {"url": %s}}',
+             '{"type": %s, "image_url": "data:,"}')]))
+        parts = [p for p in parts if not p.startswith(('"messages"', '"input"'))]
+        parts.append('"messages": [{"role": "user", "content": [%s]}]' % (chat_part % wild))
+        parts.append('"input": [{"type": "message", "role": "user", "content": [%s]}]'
+                     % (item_part % wild))
+    elif kind == "lora":
+        wild = draw(DEEP | WILD_TEXT.map(json.dumps) | HUGE_NUMBERS
+                    | st.sampled_from(BOUNDARY_NUMBERS))
+        parts.append('"lora": ' + draw(st.sampled_from([
+            '%s', '[%s]', '[{"id": %s}]', '[{"name": %s}]', '[{"id": 0, "scale": %s}]',
+            '[{"name": "style-a", "scale": %s}, {"name": "style-a", "scale": 1}]'])) % wild)
+        if draw(st.booleans()):
+            parts.append('"model": ' + draw(st.sampled_from(['"style-a"', '"style-b"'])))
     elif kind == "key":
         parts.append(f"{json.dumps(draw(WILD_TEXT))}: 1")
     elif kind in ("number", "boundary"):
@@ -225,8 +701,10 @@ def hostile_bodies(draw: st.DrawFn) -> tuple[str, bytes]:
 
 
 def any_bodies() -> st.SearchStrategy[tuple[str, bytes]]:
-    """Near-valid bodies (as raw JSON) and hostile ones, about half each."""
-    return request_bodies().map(lambda c: (c[0], json.dumps(c[1]).encode())) | hostile_bodies()
+    """Near-valid bodies (as raw JSON), media / LoRA bodies and hostile ones, a third each."""
+    return st.one_of(request_bodies().map(lambda c: (c[0], json.dumps(c[1]).encode())),
+                     media_bodies().map(lambda c: (c[0], json.dumps(c[1]).encode())),
+                     hostile_bodies())
 
 
 def post_raw(http: httpx.Client, case: tuple[str, bytes]) -> httpx.Response | None:
@@ -259,11 +737,15 @@ def ws_frames(draw: st.DrawFn) -> tuple[str, str | bytes]:
     """(kind, frame): a response.create that may be hostile, sent as text or binary,
     an oversize frame, or a pair of interleaved creates (kind ``interleaved``)."""
     kind = draw(st.sampled_from(["valid", "fuzzed", "hostile", "binary", "binary_junk",
-                                 "oversize", "interleaved"]))
+                                 "oversize", "interleaved", "media"]))
     create = {"type": "response.create", "model": "x", "input": "Say hi.",
               "max_output_tokens": 2}
     if kind in ("valid", "interleaved"):
         return kind, json.dumps(create)
+    if kind == "media":  # media parts and LoRA choices in a response.create
+        _, body = draw(media_bodies(("/v1/responses",)))
+        body.pop("stream", None)
+        return kind, json.dumps({"type": "response.create", **body})
     if kind == "fuzzed":
         _, body = draw(request_bodies())
         if isinstance(body, dict):

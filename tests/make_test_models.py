@@ -6,6 +6,10 @@ package from the base model's own metadata (text width, block count, tensor shap
 They carry no knowledge: the projector turns any image into a few embeddings of the
 text model's width, the adapters perturb the attention projections. That is enough to
 test the plumbing (mtmd and llama.cpp's adapter API) against real loaders.
+Nothing here is Qwen-specific: the fuzz server (tests/fuzz_bodies.py ``fuzz_config``)
+writes the same projector and adapters for Gemma 3 270M (width 640; its q/k/v/o shapes,
+q 640→1024 and k/v 640→256, come from its header like Qwen's), and llama.cpp loads and
+applies them.
 
     python tests/make_test_models.py            # into $LLAMASERVE_CACHE/test-adapters/
     python tests/make_test_models.py OUT_DIR

@@ -1,8 +1,13 @@
 """Generated request bodies never get a 5xx, and the server stays healthy (short run; the
-long one is bench/fuzz.py)."""
+long one is bench/fuzz.py). The server has a projector and two LoRA adapters, so images,
+audio and adapter choices go through their real paths; afterwards an image request still
+works."""
 
 from __future__ import annotations
 
+import base64
+import itertools
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -11,11 +16,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from websockets.sync.client import connect
 
-from conftest import ServerProcess, gemma_config, start_server
+import media_samples as samples
+from conftest import ServerProcess, start_server
 from fuzz_bodies import (
-    CHATML,
     check_error_shape,
+    fuzz_config,
     hostile_bodies,
+    media_bodies,
     post,
     post_raw,
     request_bodies,
@@ -25,16 +32,15 @@ from fuzz_bodies import (
 
 EXAMPLES = 300
 HOSTILE_EXAMPLES = 300
-WS_EXAMPLES = 80
+MEDIA_EXAMPLES = 200
+WS_EXAMPLES = 100
+IMAGE_TOKENS = 4  # the test projector: any image is 2 x 2 patches
 
 
 @pytest.fixture(scope="module")
 def fuzz_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    # a chat template, so chat, Responses and Anthropic bodies run all the way through
-    cfg = gemma_config(max_output_tokens=4, n_seq_max=4, embedding=True,
-                       chat_template=CHATML)
-    cfg["server"]["max_body_bytes"] = 65536
-    server = start_server(cfg, tmp_path_factory.mktemp("fuzz"))
+    tmp = tmp_path_factory.mktemp("fuzz")
+    server = start_server(fuzz_config(tmp), tmp)
     yield server
     server.stop()
 
@@ -62,9 +68,7 @@ def test_generated_bodies_never_get_a_5xx(fuzz_server: ServerProcess,
     assert sum(statuses.values()) >= EXAMPLES
     # both accepted and refused bodies were exercised (the same examples every run)
     assert statuses.get(200, 0) >= 3 and sum(v for k, v in statuses.items() if k >= 400) > 10
-    assert http.get("/healthz").status_code == 200
-    m = fuzz_server.metrics()
-    assert m["llamaserve_requests_running"] == 0 and m["llamaserve_engine_alive"] == 1
+    assert_healthy_and_media_works(fuzz_server, http)
 
 
 def test_hostile_bodies_get_a_4xx_error_object_and_no_connection_drops(
@@ -89,9 +93,7 @@ def test_hostile_bodies_get_a_4xx_error_object_and_no_connection_drops(
     check()
     assert not dropped, dropped[:3]
     assert statuses.get(400, 0) > 50 and statuses.get(200, 0) > 5, statuses
-    assert http.get("/healthz").status_code == 200
-    m = fuzz_server.metrics()
-    assert m["llamaserve_requests_running"] == 0 and m["llamaserve_engine_alive"] == 1
+    assert_healthy_and_media_works(fuzz_server, http)
 
 
 def test_websocket_frames_get_an_answer_on_a_socket_that_stays_usable(
@@ -120,8 +122,109 @@ def test_websocket_frames_get_an_answer_on_a_socket_that_stays_usable(
     assert any(k.startswith("response.") for k in seen), seen
     assert seen.get("error:request_too_large:413", 0) > 0, seen
     assert any(k.startswith("error:response_in_progress") for k in seen), seen
-    assert http_health(fuzz_server) == 200
+    assert seen.get("error:invalid_media:400", 0) > 0, sorted(seen.items())
+    with httpx.Client(base_url=fuzz_server.url, timeout=60) as http:
+        assert_healthy_and_media_works(fuzz_server, http)
 
 
 def http_health(server: ServerProcess) -> int:
     return httpx.get(f"{server.url}/healthz", timeout=10).status_code
+
+
+def assert_healthy_and_media_works(server: ServerProcess, http: httpx.Client) -> None:
+    """Healthy, nothing left running, and an image and an adapter still work: the image's
+    tokens are in the prompt (it went through the projector) and the answer is a 200."""
+    assert http.get("/healthz").status_code == 200
+    m = server.metrics()
+    assert m["llamaserve_requests_running"] == 0 and m["llamaserve_engine_alive"] == 1
+
+    def ask(part: dict[str, Any], **extra: Any) -> httpx.Response:
+        return http.post("/v1/chat/completions", json={"max_tokens": 2, "temperature": 0,
+                         **extra, "messages": [{"role": "user", "content": [
+                             {"type": "text", "text": "What is this?"}, part]}]})
+
+    image = samples.png(5, next(_FRESH))  # a new image: encoded now, not from a cache
+    encoded = m["llamaserve_media_encode_seconds_count"]
+    with_image = ask({"type": "image_url", "image_url": {
+        "url": "data:image/png;base64," + base64.b64encode(image).decode()}})
+    text_only = ask({"type": "text", "text": ""}, lora=[{"name": "style-b", "scale": 0.5}])
+    assert with_image.status_code == 200 and text_only.status_code == 200, \
+        (with_image.text, text_only.text)
+    assert (with_image.json()["usage"]["prompt_tokens"]
+            == text_only.json()["usage"]["prompt_tokens"] + IMAGE_TOKENS)
+    assert server.metrics()["llamaserve_media_encode_seconds_count"] == encoded + 1
+
+
+_FRESH = itertools.count(7)  # image heights no request has sent
+
+
+def test_media_and_lora_inputs_never_get_a_5xx(fuzz_server: ServerProcess,
+                                               http: httpx.Client) -> None:
+    """Images and audio as data: URLs (valid, truncated, corrupt after the magic, headers
+    claiming 65535 x 65535 pixels or 2^36 samples, bad base64, percent junk, too large),
+    http(s) URLs to private, reserved and .invalid hosts (numeric, IDNA, userinfo, bad
+    ports), file: URLs in and out of the media root (symlinks out, /dev/zero, a FIFO, ..,
+    %00), other schemes and non-strings; in every role's message, Responses items and tool
+    output, Anthropic blocks; more parts than max_media_per_request; every shape of the
+    ``lora`` field and ``model`` naming an adapter. Never a 5xx, every error in the API's
+    shape, and the media path still works afterwards."""
+    statuses: dict[int, int] = {}
+    codes: dict[str, int] = {}
+
+    @settings(max_examples=MEDIA_EXAMPLES, deadline=None, database=None, derandomize=True,
+              suppress_health_check=list(HealthCheck))
+    @given(media_bodies())
+    def check(case: tuple[str, Any]) -> None:
+        r = post(http, case)
+        statuses[r.status_code] = statuses.get(r.status_code, 0) + 1
+        assert r.status_code < 500, (case, r.text)
+        check_error_shape(r)
+        if r.status_code >= 400:
+            error = r.json()["error"]
+            code = str(error.get("code") or error["type"])
+            codes[code] = codes.get(code, 0) + 1
+
+    check()
+    assert statuses.get(200, 0) >= 10 and statuses.get(400, 0) >= 50, statuses
+    assert codes.get("invalid_media", 0) >= 20 and codes.get("lora_not_found", 0) >= 3, codes
+    assert_healthy_and_media_works(fuzz_server, http)
+
+
+BOMBS = {  # name: (bytes, kind, what the message says)
+    "flac-2^36-samples-at-1hz": (samples.flac_claiming(), "audio", "audio too long"),
+    "flac-2^36-samples-at-16khz": (samples.flac_claiming(rate=16000), "audio", "too long"),
+    "id3-then-flac": (samples.ID3_EMPTY + samples.flac_claiming(), "audio", "too long"),
+    "mp3-xing-1e6-frames": (samples.mp3_xing(1_000_000), "audio", "audio too long"),
+    "wav-at-1hz": (samples.wav_claiming(rate=1, bits=8, payload=bytes(20_000)), "audio",
+                   "audio too long"),
+    "gif-65535x65535": (samples.gif_claiming(65535, 65535), "image", "65535 × 65535 pixels"),
+    "bmp-20000x20000": (samples.bmp_claiming(20000, 20000), "image", "20000 × 20000 pixels"),
+    "jpeg-65535x65535": (samples.jpeg_claiming(65535, 65535), "image", "65535 × 65535"),
+    "png-zlib-bomb-2049x2048": (samples.png_bomb(2049, 2048), "image", "2049 × 2048 pixels"),
+    "jpeg-1000-scans": (samples.jpeg_claiming(2048, 2048, scans=1000), "image", "1000 scans"),
+    "png-16x16-inflating-to-30mb": (samples.png_claiming(16, 16, samples.zeros_zlib(30 << 20)),
+                                    "image", "inflates to more than the 784 bytes"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BOMBS))
+def test_decompression_bombs_are_a_400_and_the_server_lives(
+        fuzz_server: ServerProcess, http: httpx.Client, name: str) -> None:
+    """Headers claiming what the decoders would allocate are refused before llama.cpp sees
+    them. Before the fix the 42-byte FLACs (also behind an ID3 tag, which sniffs as MP3)
+    made mtmd throw std::bad_alloc (the process aborted), the 1 kB MP3 made it allocate
+    1.7 GB for 10 s, the GIF asked stb_image for 38 GB and filled it, the BMP decoded for
+    22 s, the 22 kB JPEG for 13 s, and stb_image inflated PNG data far past the pixels
+    (1 MB of 16 x 16 pixels: 954 MB)."""
+    data, kind, words = BOMBS[name]
+    b64 = base64.b64encode(data).decode()
+    part = ({"type": "input_audio", "input_audio": {"data": b64}} if kind == "audio" else
+            {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{b64}"}})
+    started = time.monotonic()
+    r = http.post("/v1/chat/completions", json={"max_tokens": 2, "messages": [
+        {"role": "user", "content": [{"type": "text", "text": "Hi"}, part]}]})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["code"] == "invalid_media" and words in r.json()["error"][
+        "message"], r.text
+    assert time.monotonic() - started < 5
+    assert fuzz_server.proc.poll() is None and http_health(fuzz_server) == 200

@@ -730,6 +730,53 @@ def test_decode_base64_media_refusals(data: Any, expected: Any, words: str) -> N
     assert err.value.param == "messages[0].content[0].input_audio.data"
 
 
+@pytest.mark.parametrize("data,kind,words", [
+    # a few hundred bytes for gigabytes of pixels: refused from the header, never decoded
+    (samples.png_claiming(65535, 65535), "image",
+     "image too large: 65535 × 65535 pixels (the limit is 16777216 pixels)"),
+    (samples.gif_claiming(65535, 65535), "image", "65535 × 65535 pixels"),
+    (samples.bmp_claiming(20000, -20000), "image", "20000 × 20000 pixels"),
+    (samples.jpeg_claiming(65535, 65535), "image", "65535 × 65535 pixels"),
+    (samples.jpeg_claiming(2048, 2048, scans=1000), "image",
+     "corrupt JPEG: 1000 scans (at most 100)"),  # 22 kB: 13 s in stb_image
+    (samples.png_bomb(4097, 4096), "image", "4097 × 4096 pixels"),
+    (samples.png_claiming(0, 10), "image", "corrupt PNG: the header says 0 × 10 pixels"),
+    (b"\xff\xd8\xff\xe0\x00\x10" + bytes(14) + b"\xff\xd9", "image",
+     "corrupt JPEG: no JPEG frame header"),
+    (samples.flac_claiming(), "audio", "audio too long: about 6.9e+10 s (the limit is 3600 s)"),
+    (samples.flac_claiming(rate=16000, total_samples=16000 * 3601), "audio",
+     "audio too long: 3601 s"),
+    (samples.wav_claiming(rate=1, bits=8, payload=bytes(5000)), "audio", "audio too long: 5000 s"),
+    (samples.wav_claiming(channels=0), "audio", "corrupt WAV: the header says 0 channels"),
+    # sniffed as MP3, decoded as FLAC (miniaudio's FLAC decoder skips the ID3 tag)
+    (samples.ID3_EMPTY + samples.flac_claiming(), "audio", "audio too long: about 6.9e+10 s"),
+    # 1 kB of MP3 whose Xing tag claims a million frames: 7 hours, 1.7 GB of samples
+    (samples.mp3_xing(1_000_000), "audio", "audio too long: 26122 s"),
+    (samples.ID3_EMPTY + b"OggS" + bytes(60), "audio", "corrupt MP3: Ogg after an ID3 tag"),
+])
+def test_decompression_bombs_are_refused_from_the_header(data: bytes, kind: Any,
+                                                         words: str) -> None:
+    started = time.monotonic()
+    with pytest.raises(MediaError) as err:
+        decode_base64_media(base64.b64encode(data).decode(), kind, DEFAULT, "p")
+    assert words in err.value.message
+    url = f"data:{kind}/x;base64,{base64.b64encode(data).decode()}"
+    assert words in refused(url, kind, policy=DEFAULT)
+    assert time.monotonic() - started < 0.5
+
+
+def test_pixel_and_duration_limits_are_the_policy_s() -> None:
+    policy = MediaPolicy(image_max_pixels=100, audio_max_seconds=1.0)
+    assert load(f"data:;base64,{base64.b64encode(samples.png(10, 10)).decode()}",
+                policy=policy).data == samples.png(10, 10)
+    assert "11 × 10 pixels (the limit is 100 pixels)" in refused(
+        f"data:;base64,{base64.b64encode(samples.png(11, 10)).decode()}", policy=policy)
+    assert decode_base64_media(base64.b64encode(samples.wav(1.0)).decode(), "audio", policy,
+                               "p").mime == "audio/wav"
+    with pytest.raises(MediaError, match="audio too long: 2 s"):
+        decode_base64_media(base64.b64encode(samples.wav(2.0)).decode(), "audio", policy, "p")
+
+
 def test_decode_base64_media_refuses_100_mb_fast() -> None:
     started = time.monotonic()
     with pytest.raises(MediaError, match="audio too large"):
@@ -873,6 +920,8 @@ def test_allowed_private_networks() -> None:
     ({"allowed_local_path": ""}, "allowed_local_path"),
     ({"allowed_private_networks": ("10.0.0.0/33",)}, "allowed_private_networks"),
     ({"allowed_domains": ("bad host",)}, "allowed_domains"),
+    ({"image_max_pixels": 0}, "image_max_pixels"),
+    ({"audio_max_seconds": float("inf")}, "audio_max_seconds"),
 ])
 def test_policy_validation(kwargs: dict[str, Any], words: str) -> None:
     with pytest.raises(ValueError, match=words):
