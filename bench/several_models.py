@@ -1,8 +1,9 @@
 """What switching models costs a server with a ``models`` list (CPU, real models).
 
-Two chat models (Qwen2.5-Coder-0.5B as "coder", SmolLM2-style second model: Gemma 3 270M
-as "base") with ``server.max_loaded_models`` 1, so each request for the other model
-unloads the loaded one. For a ~1,500-token prompt, time to first token:
+Two models (Qwen2.5-Coder-0.5B as "coder", Gemma 3 270M with a plain template as
+"base") with ``server.max_loaded_models`` 1, so each request for the other model
+unloads the loaded one. For a ~2,100-token prompt, time to first token (the first
+token of text, not the role chunk):
 
 - warm: the model is loaded and the prompt is in its prefix cache;
 - reload, disk cache: the model was unloaded (its engine saved its cached sequences) and
@@ -18,6 +19,7 @@ Prints the table and writes bench/results/several_models.json.
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import tempfile
@@ -48,8 +50,10 @@ def ttft(server: ServerProcess, model: str, question: str) -> float:
     with httpx.stream("POST", f"{server.base_url}/chat/completions", json=body,
                       timeout=600) as r:
         for line in r.iter_lines():
-            if line.startswith("data: {") and '"content"' in line:
-                return time.perf_counter() - started
+            if line.startswith("data: {"):
+                choices = json.loads(line[6:]).get("choices") or [{}]
+                if choices[0].get("delta", {}).get("content") or choices[0].get("finish_reason"):
+                    return time.perf_counter() - started
     raise RuntimeError("no token")
 
 
