@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from api.errors import APIError
+from api.messages import parse_messages
 from api.params import Body
 from api.reasoning_seal import ReasoningSeal
 from api.responses_request import LOCAL_SHELL, parse_request
@@ -50,8 +51,13 @@ def test_items_render_as_the_chat_conversation_would() -> None:
         {"type": "web_search_call", "id": "w"}, {"type": "item_reference", "id": "i"}]}),
         seal.open)
     m = req.input_messages
-    assert m[0] == {"role": "user",
-                    "content": "hi\n[image omitted: this model does not read it]"}
+    # media parts stay parts (each names its place for errors) until chat's normalization
+    # flattens them: a marker with a projector, else a placeholder
+    assert m[0]["role"] == "user"
+    assert [(p["type"], p["_where"]) for p in m[0]["content"]] == [
+        ("input_text", "input[0].content[0]"), ("input_image", "input[0].content[1]")]
+    assert parse_messages(Body({"messages": m[:1]}))[0]["content"] == \
+        "hi\n[image omitted: this model does not read it]"
     assert m[1]["reasoning_content"] == "hmm"
     assert m[1]["tool_calls"][0]["function"] == {"name": "ns__g", "arguments": '{"a": 1}'}
     assert m[2] == {"role": "tool", "tool_call_id": "c1", "content": "ok"}
