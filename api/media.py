@@ -115,11 +115,15 @@ async def load(refs: MediaRefs, policy: MediaPolicy) -> list[MediaInput]:
     content part."""
     async def one(ref: MediaRef) -> MediaInput:
         kind: Literal["image", "audio"] = "image" if ref.kind == "image" else "audio"
-        if ref.url is not None:
-            got = await load_media(ref.url, kind, policy, ref.where)
+        # base64 (bare or a data: URL) is decoded on a worker thread: tens of ms for
+        # megabytes, which would stall every other stream on the event loop
+        inline = ref.data if ref.url is None else ref.url if ref.url[:5].lower() == "data:" \
+            else None
+        if inline is not None:
+            got = await asyncio.to_thread(decode_base64_media, inline, kind, policy, ref.where)
         else:
-            assert ref.data is not None
-            got = decode_base64_media(ref.data, kind, policy, ref.where)
+            assert ref.url is not None
+            got = await load_media(ref.url, kind, policy, ref.where)
         return MediaInput(ref.kind, got.data)
 
     tasks = [asyncio.ensure_future(one(r)) for r in refs.refs]
