@@ -42,13 +42,20 @@ def test_min_tokens_and_redundant_saves(tmp_path: Path) -> None:
     d.close()
 
 
-def test_files_of_another_model_or_build_are_deleted(tmp_path: Path) -> None:
-    d = cache(tmp_path, key="model-a")
-    d.put([1, 2, 3, 4], bytearray(b"a"))
+def test_files_of_another_model_or_build_are_never_served_and_evicted_first(
+        tmp_path: Path) -> None:
+    d = cache(tmp_path, key="model-a", max_bytes=2500)
+    d.put([1, 2, 3, 4], bytearray(900))
     d.close()
-    other = cache(tmp_path, key="model-b")
-    assert len(other) == 0 and files(tmp_path) == []
+    (theirs,) = files(tmp_path)
+    other = cache(tmp_path, key="model-b", max_bytes=2500)  # e.g. a replica of a newer build
+    assert len(other) == 0 and other.lookup([1, 2, 3, 4, 5]) == []
+    assert files(tmp_path) == [theirs]  # left for its owner while there is room
     assert other.metrics.disk_rejected.labels("incompatible")._value.get() == 1
+    other.put([5, 6, 7, 8], bytearray(900))
+    assert other.flush() and len(files(tmp_path)) == 2
+    other.put([9, 10, 11, 12], bytearray(900))  # no room for three: the oldest file goes
+    assert other.flush() and theirs not in files(tmp_path) and len(other) == 2
     other.close()
 
 
@@ -61,7 +68,7 @@ def test_truncated_file_and_leftover_temp_file_are_removed_at_start(tmp_path: Pa
     (tmp_path / f".tmp-{f.name}-1-1").write_bytes(b"half")
     (tmp_path / "garbage.lsc").write_bytes(b"\x00" * 7)
     again = cache(tmp_path)
-    assert len(again) == 0 and list(tmp_path.iterdir()) == []
+    assert len(again) == 0 and [p.name for p in tmp_path.iterdir()] == [".lock"]
     assert again.metrics.disk_rejected.labels("corrupt")._value.get() == 2
     again.close()
 

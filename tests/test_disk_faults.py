@@ -35,7 +35,8 @@ def errors(metrics: EngineMetrics, reason: str) -> float:
 
 
 def listing(path: Path) -> list[str]:
-    return sorted(p.name for p in path.iterdir())
+    """Everything in the directory but the lock file replicas share."""
+    return sorted(p.name for p in path.iterdir() if p.name != ".lock")
 
 
 @contextlib.contextmanager

@@ -6,10 +6,16 @@ key and a CRC. The engine thread serializes the state (a memory copy) and hands
 it to a background writer that writes a temporary file and renames it into
 place, so a crash mid-write never leaves a half file under a real name. Entries
 are indexed in a radix tree; a lookup returns only stored token sequences that
-are a true prefix of the request. Files from another model, llama.cpp build or
-KV layout, and corrupt files, are deleted and counted. Total size stays under
-``max_bytes``, least recently used first (use is recorded in the file's mtime,
-so the order survives restarts).
+are a true prefix of the request. Corrupt files are deleted and counted; files
+from another model, llama.cpp build or KV layout are counted, never served, and
+evicted like any other file. Total size stays under ``max_bytes``, least
+recently used first (use is recorded in the file's mtime, so the order survives
+restarts and is shared between processes).
+
+Several processes may share one directory (replicas on shared storage): writes
+and evictions take an exclusive ``flock`` on ``.lock`` and re-read the
+directory first, and every process notices the others' new and removed files
+(the directory's mtime changes), so a prefix one replica saved is a hit on all.
 
 File layout: ``b"LLSC"``, u32 format version, u32 header length, JSON header
 ``{key, n_tokens, state_bytes, crc32}``, int32 tokens, state bytes.
@@ -19,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import hashlib
 import json
 import logging
@@ -30,6 +37,7 @@ import threading
 import time
 import zlib
 from array import array
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -91,6 +99,9 @@ class _Corrupt(Exception):
 
 
 WRITE_BACKOFF = 10.0  # seconds saves are skipped after a failed write
+REFRESH_INTERVAL = 0.2  # seconds between checks for other processes' changes
+FULL_REFRESH = 5.0  # seconds after which the directory is re-read even if it looks unchanged
+LOCK_NAME = ".lock"
 
 
 def _unlink(path: Path) -> None:
@@ -117,44 +128,120 @@ class DiskCache:
         self._lock = threading.Lock()
         self._tree: PrefixTree[str] = PrefixTree()
         self._entries: dict[str, _Entry] = {}
+        self._foreign: dict[str, _Entry] = {}  # other models' / builds' files (shared dir)
         self._queued: PrefixTree[str] = PrefixTree()  # saves not written yet
         self._queue: queue.Queue[tuple[str, list[int], bytearray] | None] = queue.Queue()
         self._failing_until = 0.0  # after a failed write, saves are skipped until then
+        self._dir_mtime = -1
+        self._next_check = 0.0
+        self._refreshed_at = 0.0
         self._scan()
         self._writer = threading.Thread(target=self._write_loop, name="llamaserve-disk-cache",
                                         daemon=True)
         self._writer.start()
 
-    # -- index ------------------------------------------------------------------------
-    def _scan(self) -> None:
+    # -- sharing the directory ----------------------------------------------------------
+    # Several processes (replicas on shared storage) may use one directory at once. Writes
+    # and evictions happen under an exclusive ``flock`` on ``.lock``, after re-reading the
+    # directory, so the total stays under ``max_bytes`` across all of them and a temporary
+    # file seen while holding the lock belongs to a writer that died. Readers take no lock:
+    # files appear only by an atomic rename, and a file another process removed is a miss.
+    @contextlib.contextmanager
+    def _dir_lock(self) -> Iterator[None]:
         try:
-            paths = list(self.dir.iterdir())
-        except OSError as exc:
-            log.warning("disk cache %s: cannot list (%s)", self.dir, exc.strerror or exc)
-            paths = []
-        for path in paths:
-            if path.name.startswith(".tmp-"):
-                _unlink(path)  # a write that never finished (killed mid-write)
-            elif path.suffix == SUFFIX:
-                try:
-                    with open(path, "rb") as f:
-                        header = self._read_header(f, path)
-                        if header is None:
-                            continue
-                        n = header["n_tokens"]
-                        tokens = array("i")
-                        tokens.frombytes(f.read(4 * n))
-                    self._add(path.name, tokens.tolist(), path.stat().st_size,
-                              path.stat().st_mtime)
-                except (OSError, _Corrupt, ValueError, KeyError, TypeError) as exc:
-                    self._reject(path, "corrupt", exc)
-        self._evict()
+            fd = os.open(self.dir / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError:  # read-only or missing directory: nothing will be written anyway
+            yield
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # releases the lock
+
+    def _scan(self) -> None:
+        with self._dir_lock():
+            try:
+                names = [p.name for p in self.dir.iterdir()]
+            except OSError as exc:
+                log.warning("disk cache %s: cannot list (%s)", self.dir, exc.strerror or exc)
+                names = []
+            for name in names:
+                if name.startswith(".tmp-"):
+                    _unlink(self.dir / name)  # a write that never finished (killed mid-write)
+            self._refresh()
+            self._evict()
         log.info("disk cache %s: %d entries, %d bytes", self.dir, len(self._entries),
                  self.total_bytes)
 
+    def _refresh(self) -> None:
+        """Bring the index in line with the directory: files other processes wrote are
+        indexed, files they removed are forgotten, use times come from the files' mtimes."""
+        self._refreshed_at = time.monotonic()
+        try:
+            self._dir_mtime = os.stat(self.dir).st_mtime_ns
+            with os.scandir(self.dir) as it:
+                listing = {e.name: e for e in it
+                           if e.name.endswith(SUFFIX) and not e.name.startswith(".")}
+        except OSError:
+            return
+        with self._lock:
+            for known in (self._entries, self._foreign):
+                for name in [n for n in known if n not in listing]:
+                    self._tree.remove(name)
+                    del known[name]
+        for name, item in listing.items():
+            try:
+                st = item.stat()
+            except OSError:  # removed meanwhile
+                continue
+            with self._lock:
+                entry = self._entries.get(name) or self._foreign.get(name)
+                if entry is not None:
+                    entry.size, entry.last_used = st.st_size, max(entry.last_used, st.st_mtime)
+                    continue
+            self._index(self.dir / name, st)
+        with self._lock:
+            self._update_gauges()
+
+    def _maybe_refresh(self) -> None:
+        """Re-read the directory when it changed, checked at most every REFRESH_INTERVAL.
+        A directory mtime within the last two seconds is not trusted (timestamps are
+        coarse: two changes in one tick leave one mtime), nor one older than
+        FULL_REFRESH (a network filesystem may cache attributes)."""
+        now = time.monotonic()
+        if now < self._next_check:
+            return
+        self._next_check = now + REFRESH_INTERVAL
+        try:
+            mtime = os.stat(self.dir).st_mtime_ns
+        except OSError:
+            return
+        if mtime != self._dir_mtime or time.time() - mtime / 1e9 < 2.0 \
+                or now - self._refreshed_at > FULL_REFRESH:
+            self._refresh()
+
+    def _index(self, path: Path, st: os.stat_result) -> None:
+        try:
+            with open(path, "rb") as f:
+                header = self._read_header(f, path)
+                if header is None:  # another model's or build's: evicted like any file
+                    with self._lock:
+                        self._foreign[path.name] = _Entry(path.name, 0, st.st_size, st.st_mtime)
+                    return
+                tokens = array("i")
+                tokens.frombytes(f.read(4 * header["n_tokens"]))
+            with self._lock:
+                self._add(path.name, tokens.tolist(), st.st_size, st.st_mtime)
+        except FileNotFoundError:
+            return
+        except (OSError, _Corrupt, ValueError, KeyError, TypeError) as exc:
+            self._reject(path, "corrupt", exc)
+
     def _read_header(self, f: Any, path: Path) -> dict[str, Any] | None:
-        """Parse and check the header; None (file deleted) when it belongs to another
-        model / build / layout. Raises _Corrupt when it cannot be what we wrote."""
+        """Parse and check the header; None when it belongs to another model / build /
+        layout (counted, left for its owner). Raises _Corrupt when it cannot be what any
+        llamaserve wrote."""
         pre = f.read(_PREAMBLE.size)
         if len(pre) != _PREAMBLE.size:
             raise _Corrupt("short preamble")
@@ -163,7 +250,7 @@ class DiskCache:
             raise _Corrupt("bad magic")
         header: dict[str, Any] = json.loads(f.read(header_len))
         if version != FORMAT_VERSION or header.get("key") != self.key:
-            self._reject(path, "incompatible", None)
+            self.metrics.disk_rejected.labels("incompatible").inc()
             return None
         expected = _PREAMBLE.size + header_len + 4 * header["n_tokens"] + header["state_bytes"]
         if os.fstat(f.fileno()).st_size != expected:
@@ -171,13 +258,18 @@ class DiskCache:
         return header
 
     def _add(self, name: str, tokens: list[int], size: int, last_used: float) -> None:
+        """Index an entry (caller holds ``_lock``)."""
+        if name in self._entries:
+            return
         self._tree.insert(name, tokens)
         self._entries[name] = _Entry(name, len(tokens), size, last_used)
         self._update_gauges()
 
     def _drop(self, name: str) -> None:
+        """Delete an entry or a foreign file (caller holds ``_lock``)."""
         self._tree.remove(name)
         self._entries.pop(name, None)
+        self._foreign.pop(name, None)
         _unlink(self.dir / name)
         self._update_gauges()
 
@@ -195,13 +287,19 @@ class DiskCache:
         self._reject(self.dir / name, reason, None)
 
     def _evict(self, reserve: int = 0) -> None:
-        """Least recently used first, until the entries (and ``reserve`` bytes about to be
-        written) fit in ``max_bytes``."""
+        """Least recently used first (this model's entries and foreign files alike), until
+        the directory (and ``reserve`` bytes about to be written) fits in ``max_bytes``.
+        Called under the directory lock, after a refresh, so the sum covers every process."""
         with self._lock:
-            while self.total_bytes + reserve > self.max_bytes and self._entries:
-                oldest = min(self._entries.values(), key=lambda e: e.last_used)
+            while self._dir_bytes() + reserve > self.max_bytes and \
+                    (self._entries or self._foreign):
+                oldest = min((*self._entries.values(), *self._foreign.values()),
+                             key=lambda e: e.last_used)
                 self._drop(oldest.name)
                 self.metrics.disk_evictions.inc()
+
+    def _dir_bytes(self) -> int:
+        return self.total_bytes + sum(e.size for e in self._foreign.values())
 
     def _update_gauges(self) -> None:
         self.metrics.disk_entries.set(len(self._entries))
@@ -217,6 +315,7 @@ class DiskCache:
     # -- lookups (engine thread) ------------------------------------------------------------
     def lookup(self, tokens: list[int]) -> list[tuple[int, str]]:
         """Stored entries that are a true prefix of ``tokens``: (length, name), longest first."""
+        self._maybe_refresh()
         with self._lock:
             return [(n, name) for n, name in self._tree.stored_prefixes(tokens) if n > 0]
 
@@ -229,6 +328,7 @@ class DiskCache:
         if time.monotonic() < self._failing_until:
             self.metrics.disk_write_errors.labels("skipped").inc()
             return False
+        self._maybe_refresh()
         with self._lock:
             longest = max((n for n, _ in [*self._tree.stored_prefixes(tokens),
                                           *self._queued.stored_prefixes(tokens)]), default=0)
@@ -324,24 +424,29 @@ class DiskCache:
         header = json.dumps({"key": self.key, "n_tokens": len(tokens),
                              "state_bytes": len(state),
                              "crc32": zlib.crc32(state, zlib.crc32(tok))}).encode()
+        final = self.dir / name
         tmp = self.dir / f".tmp-{name}-{os.getpid()}-{threading.get_ident()}"
-        # room first, so the directory never holds more than max_bytes, even mid-write
-        self._evict(reserve=_PREAMBLE.size + len(header) + len(tok) + len(state))
-        try:
-            with open(tmp, "wb") as f:
-                f.write(_PREAMBLE.pack(MAGIC, FORMAT_VERSION, len(header)))
-                f.write(header)
-                f.write(tok)
-                f.write(state)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.dir / name)
-        finally:
-            _unlink(tmp)
-        with self._lock:
-            self._add(name, tokens, (self.dir / name).stat().st_size, time.time())
-        self.metrics.disk_saves.inc()
-        self._evict()
+        with self._dir_lock():
+            self._refresh()
+            if name in self._entries:  # another process wrote the same sequence
+                return
+            # room first, so the directory never holds more than max_bytes, even mid-write
+            self._evict(reserve=_PREAMBLE.size + len(header) + len(tok) + len(state))
+            try:
+                with open(tmp, "wb") as f:
+                    f.write(_PREAMBLE.pack(MAGIC, FORMAT_VERSION, len(header)))
+                    f.write(header)
+                    f.write(tok)
+                    f.write(state)
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(tmp, final)
+            finally:
+                _unlink(tmp)
+            with self._lock:
+                self._add(name, tokens, final.stat().st_size, time.time())
+            self.metrics.disk_saves.inc()
+            self._evict()
 
     def flush(self, timeout: float = 30.0) -> bool:
         """Wait until queued saves are on disk."""
