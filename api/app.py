@@ -28,7 +28,7 @@ from api.lora import adapter_scale
 from api.playground import playground
 from api.reasoning_seal import ReasoningSeal
 from api.registry import ModelRegistry
-from api.response_store import ResponseStore
+from api.response_store import open_response_store
 from api.responses import create_response, delete_response, get_response
 from api.responses_ws import responses_websocket
 from api.state import ModelState, ServerState
@@ -174,9 +174,11 @@ def build_app(config: Config, engine: Engine, manage_engine: bool = True,
     ``manage_engine`` its lifespan starts and stops the engines; ``api.lifecycle`` does
     that itself (the model loads after the port opens)."""
     server = ServerState(config=config, registry=None,  # type: ignore[arg-type]
-                         responses=ResponseStore(config.server.responses_store_max,
-                                                 config.server.responses_store_max_bytes,
-                                                 config.server.responses_store_ttl),
+                         responses=open_response_store(
+                             config.server.responses_store_path,
+                             config.server.responses_store_max,
+                             config.server.responses_store_max_bytes,
+                             config.server.responses_store_ttl),
                          seal=ReasoningSeal(config.server.reasoning_key
                                             or os.environ.get("LLAMASERVE_REASONING_KEY"),
                                             config.model.served_name()))

@@ -20,6 +20,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from api.errors import anthropic_error, anthropic_route
+from api.session import session_key
 from engine.config import ServerConfig
 
 Scope = MutableMapping[str, Any]
@@ -173,6 +174,9 @@ class Gate:
         counted = scope["path"].startswith("/v1/")
         status = 500
         scope["llamaserve"] = {}
+        header_key = session_key(scope, None)
+        if header_key is not None:
+            scope["llamaserve"]["session"] = header_key
         if counted:
             self.state.in_flight += 1
             self.metrics.in_flight.inc()
@@ -181,6 +185,11 @@ class Gate:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = int(message["status"])
+                session = scope["llamaserve"].get("session")
+                if session is not None:  # for sticky load balancing (api.session)
+                    message = {**message, "headers": [
+                        *message.get("headers", []),
+                        (b"x-session-id", session.encode("latin-1", "replace"))]}
             await send(message)
 
         try:

@@ -13,6 +13,7 @@ from starlette.requests import Request
 
 from api.body import BodyLimits, decode_object, too_large
 from api.errors import APIError, invalid
+from api.session import note_session
 from engine.request import SamplingParams
 
 MAX_STOP = 16
@@ -45,7 +46,9 @@ async def read_json(request: Request, limits: BodyLimits) -> dict[str, Any]:
         raise APIError(f"Request body not received within {limits.timeout:g} s "
                        "(server.body_timeout)", status=408, code="body_timeout",
                        param="body_timeout") from None
-    return decode_object(bytes(raw), limits)
+    data = decode_object(bytes(raw), limits)
+    note_session(request.scope, data)  # echoed as x-session-id (api.session)
+    return data
 
 
 class Body:

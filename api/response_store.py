@@ -1,12 +1,40 @@
-"""Stored responses: bounded by count, bytes and age (least recently stored goes first)."""
+"""Stored responses (``previous_response_id``, GET/DELETE /v1/responses/{id}): bounded by
+count, bytes and age, least recently stored first.
+
+Two stores behind one async interface:
+
+- ``MemoryResponseStore`` (the default): a dict in this process. Nothing to run.
+- ``DirectoryResponseStore`` (``server.responses_store_path``): one JSON file per response
+  in a directory that replicas share (the same shared volume as ``disk_cache.path``), so a
+  conversation started on one replica continues on any other. Files appear by an atomic
+  rename; trimming to the bounds happens under an exclusive ``flock`` on ``.lock``; file
+  work runs on a worker thread, never on the event loop. A response is on disk before
+  its final event is sent, so the client's next turn finds it wherever it lands.
+
+Why files and not a key-value server such as Redis: the replicas already need shared
+storage for the disk cache, a response is written once and read a few times, and a
+directory needs no extra service to deploy, secure and keep alive. Redis would be the
+better choice for many replicas on many machines without a shared filesystem.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
+import os
+import re
+import threading
 import time
 from collections import OrderedDict
+from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+from starlette.concurrency import run_in_threadpool
+
+_SAFE_ID = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,199}")
 
 
 @dataclass
@@ -18,30 +46,46 @@ class StoredResponse:
 
 
 class ResponseStore:
+    """The interface both stores implement."""
+
+    async def put(self, response: dict[str, Any], conversation: list[dict[str, Any]]) -> None:
+        raise NotImplementedError
+
+    async def get(self, response_id: str) -> StoredResponse | None:
+        raise NotImplementedError
+
+    async def delete(self, response_id: str) -> bool:
+        raise NotImplementedError
+
+
+class MemoryResponseStore(ResponseStore):
     def __init__(self, max_items: int, max_bytes: int, ttl: float) -> None:
         self.max_items, self.max_bytes, self.ttl = max_items, max_bytes, ttl
         self._items: OrderedDict[str, StoredResponse] = OrderedDict()
         self._bytes = 0
 
-    def put(self, response: dict[str, Any], conversation: list[dict[str, Any]]) -> None:
+    async def put(self, response: dict[str, Any], conversation: list[dict[str, Any]]) -> None:
         size = len(json.dumps(response)) + len(json.dumps(conversation))
         if size > self.max_bytes or self.max_items <= 0:
             return
-        self.delete(response["id"])
+        self._remove(response["id"])
         self._items[response["id"]] = StoredResponse(response, conversation, size, time.time())
         self._bytes += size
         while len(self._items) > self.max_items or self._bytes > self.max_bytes:
             _, old = self._items.popitem(last=False)
             self._bytes -= old.size
 
-    def get(self, response_id: str) -> StoredResponse | None:
+    async def get(self, response_id: str) -> StoredResponse | None:
         item = self._items.get(response_id)
         if item is not None and self.ttl > 0 and time.time() - item.stored_at > self.ttl:
-            self.delete(response_id)
+            self._remove(response_id)
             return None
         return item
 
-    def delete(self, response_id: str) -> bool:
+    async def delete(self, response_id: str) -> bool:
+        return self._remove(response_id)
+
+    def _remove(self, response_id: str) -> bool:
         item = self._items.pop(response_id, None)
         if item is None:
             return False
@@ -50,3 +94,123 @@ class ResponseStore:
 
     def __len__(self) -> int:
         return len(self._items)
+
+
+class DirectoryResponseStore(ResponseStore):
+    SUFFIX = ".json"
+
+    def __init__(self, path: str, max_items: int, max_bytes: int, ttl: float) -> None:
+        self.dir = Path(path)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.max_items, self.max_bytes, self.ttl = max_items, max_bytes, ttl
+
+    def _path(self, response_id: str) -> Path | None:
+        """The file of ``response_id``; None for an id that could not be ours (no path
+        tricks: ``..``, slashes and dot files never reach the filesystem)."""
+        if not _SAFE_ID.fullmatch(response_id):
+            return None
+        return self.dir / (response_id + self.SUFFIX)
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        fd = os.open(self.dir / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
+    # -- async interface (file work on a worker thread) ----------------------------------
+    async def put(self, response: dict[str, Any], conversation: list[dict[str, Any]]) -> None:
+        await run_in_threadpool(self.put_sync, response, conversation)
+
+    async def get(self, response_id: str) -> StoredResponse | None:
+        return await run_in_threadpool(self.get_sync, response_id)
+
+    async def delete(self, response_id: str) -> bool:
+        return await run_in_threadpool(self.delete_sync, response_id)
+
+    # -- file work ------------------------------------------------------------------------
+    def put_sync(self, response: dict[str, Any], conversation: list[dict[str, Any]]) -> None:
+        path = self._path(response["id"])
+        data = json.dumps({"response": response, "conversation": conversation,
+                           "stored_at": time.time()}, ensure_ascii=False).encode()
+        if path is None or len(data) > self.max_bytes or self.max_items <= 0:
+            return
+        tmp = self.dir / f".tmp-{path.name}-{os.getpid()}-{threading.get_ident()}"
+        try:
+            tmp.write_bytes(data)
+            os.replace(tmp, path)
+        finally:
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)
+        self.trim()
+
+    def get_sync(self, response_id: str) -> StoredResponse | None:
+        path = self._path(response_id)
+        if path is None:
+            return None
+        try:
+            data = path.read_bytes()
+            record = json.loads(data)
+            item = StoredResponse(record["response"], record["conversation"], len(data),
+                                  float(record["stored_at"]))
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, KeyError, TypeError):  # damaged: never served
+            with contextlib.suppress(OSError):
+                path.unlink(missing_ok=True)
+            return None
+        if self.ttl > 0 and time.time() - item.stored_at > self.ttl:
+            with contextlib.suppress(OSError):
+                path.unlink(missing_ok=True)
+            return None
+        return item
+
+    def delete_sync(self, response_id: str) -> bool:
+        path = self._path(response_id)
+        if path is None:
+            return False
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            return False
+        return True
+
+    def trim(self) -> None:
+        """Delete expired responses, then the oldest, until every bound holds across all
+        processes sharing the directory; temporary files of writers that died go too."""
+        with self._locked():
+            files: list[tuple[float, int, Path]] = []
+            now = time.time()
+            with os.scandir(self.dir) as it:
+                for entry in it:
+                    try:
+                        st = entry.stat()
+                    except OSError:
+                        continue
+                    if entry.name.startswith(".tmp-") and now - st.st_mtime > 600:
+                        with contextlib.suppress(OSError):
+                            os.unlink(entry.path)
+                    elif entry.name.endswith(self.SUFFIX) and not entry.name.startswith("."):
+                        files.append((st.st_mtime, st.st_size, Path(entry.path)))
+            files.sort()
+            count, total = len(files), sum(size for _, size, _ in files)
+            for mtime, size, path in files:  # oldest first
+                expired = self.ttl > 0 and now - mtime > self.ttl
+                if not expired and count <= self.max_items and total <= self.max_bytes:
+                    break
+                with contextlib.suppress(OSError):
+                    path.unlink(missing_ok=True)
+                count, total = count - 1, total - size
+
+    def __len__(self) -> int:
+        return sum(1 for p in self.dir.iterdir()
+                   if p.name.endswith(self.SUFFIX) and not p.name.startswith("."))
+
+
+def open_response_store(path: str | None, max_items: int, max_bytes: int,
+                        ttl: float) -> ResponseStore:
+    if path:
+        return DirectoryResponseStore(path, max_items, max_bytes, ttl)
+    return MemoryResponseStore(max_items, max_bytes, ttl)

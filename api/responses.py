@@ -18,7 +18,8 @@ from api.messages import parse_messages
 from api.params import Body, read_json, sampling
 from api.response_events import Event, ResponseBuilder
 from api.responses_request import ResponseRequest, parse_request
-from api.state import ModelState, ServerState, new_id
+from api.session import noted_session, response_id
+from api.state import ModelState, ServerState
 from api.streaming import with_keepalive
 from api.tools import parse_rules
 from parsers.message_stream import MessageDelta, MessageStream
@@ -31,15 +32,24 @@ class ResponseRun:
 
     def __init__(self, state: ModelState, req: ResponseRequest,
                  history: list[dict[str, Any]],
-                 scope: MutableMapping[str, Any] | None = None) -> None:
+                 scope: MutableMapping[str, Any] | None = None,
+                 session: str | None = None) -> None:
         self.state, self.req = state, req
         self.scope: MutableMapping[str, Any] = scope if scope is not None else {}
         self.base = [*history, *req.input_messages]  # what later turns continue from
         seal = state.seal.seal if "reasoning.encrypted_content" in req.include else None
-        self.builder = ResponseBuilder(new_id("resp").replace("-", "_"), state.model_name,
+        self.builder = ResponseBuilder(response_id(session), state.model_name,
                                        req.echo, req.offered, seal)
         self.conversation: list[dict[str, Any]] = list(self.base)
         self.gen: Generation | None = None
+        self.saved = False
+
+    async def save(self) -> None:
+        """Store the response (once, with ``store``): before its final event is sent, so
+        the next turn finds it on any replica sharing the store."""
+        if self.req.store and not self.saved:
+            self.saved = True
+            await self.state.responses.put(self.builder.response(), self.conversation)
 
     async def events(self) -> AsyncGenerator[Event, None]:
         state, req = self.state, self.req
@@ -69,7 +79,9 @@ class ResponseRun:
         try:
             async for d in gen.deltas():
                 if d.error is not None:
-                    for event in self.builder.fail(str(d.error)):
+                    failed = self.builder.fail(str(d.error))
+                    await self.save()
+                    for event in failed:
                         yield event
                     return
                 prompt_tokens, cached = d.prompt_tokens or prompt_tokens, d.cached_tokens
@@ -102,26 +114,29 @@ class ResponseRun:
             self.conversation.append(turn)
         note_usage(self.scope, state.model_name, prompt_tokens,
                    completion if req.generate else 0)
-        for event in self.builder.finish(finish, usage):
+        final = self.builder.finish(finish, usage)
+        await self.save()
+        for event in final:
             yield event
 
 
-def _history(state: ModelState, previous: str | None,
-             local: dict[str, list[dict[str, Any]]] | None = None) -> list[dict[str, Any]]:
+async def _history(state: ModelState, previous: str | None,
+                   local: dict[str, list[dict[str, Any]]] | None = None
+                   ) -> list[dict[str, Any]]:
     if previous is None:
         return []
     if local is not None and previous in local:
         return local[previous]
-    stored = state.responses.get(previous)
+    stored = await state.responses.get(previous)
     if stored is None:
         raise APIError(f"Previous response with id '{previous}' not found.",
                        param="previous_response_id", code="previous_response_not_found")
     return stored.conversation
 
 
-def _store(state: ModelState, run: ResponseRun) -> None:
-    if run.req.store:
-        state.responses.put(run.builder.response(), run.conversation)
+async def _store(run: ResponseRun) -> None:
+    """Store a run that ended without its final events (a failure after they started)."""
+    await run.save()
 
 
 def sse_event(event: Event) -> bytes:
@@ -135,7 +150,8 @@ async def create_response(request: Request) -> Response:
     state = await server.route(body.data.get("model"), request.scope)
     state.require_chat()
     req = parse_request(body, state.seal.open)
-    run = ResponseRun(state, req, _history(state, req.previous_response_id), request.scope)
+    run = ResponseRun(state, req, await _history(state, req.previous_response_id),
+                      request.scope, noted_session(request.scope))
     events = run.events()
     if body.boolean("stream", False):
         first = await anext(events)  # validation errors become a 4xx before the stream
@@ -154,13 +170,13 @@ async def create_response(request: Request) -> Response:
                 await events.aclose()
                 if run.gen is not None:
                     run.gen.cancel()
-            _store(state, run)
+            await _store(run)
 
         return StreamingResponse(stream(), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache"})
     async for _ in events:
         pass
-    _store(state, run)
+    await _store(run)
     return JSONResponse(run.builder.response())
 
 
@@ -172,7 +188,7 @@ def _not_found(response_id: str) -> APIError:
 async def get_response(request: Request) -> Response:
     state: ServerState = request.app.state.llama
     response_id = request.path_params["response_id"]
-    stored = state.responses.get(response_id)
+    stored = await state.responses.get(response_id)
     if stored is None:
         raise _not_found(response_id)
     return JSONResponse(stored.response)
@@ -181,6 +197,6 @@ async def get_response(request: Request) -> Response:
 async def delete_response(request: Request) -> Response:
     state: ServerState = request.app.state.llama
     response_id = request.path_params["response_id"]
-    if not state.responses.delete(response_id):
+    if not await state.responses.delete(response_id):
         raise _not_found(response_id)
     return JSONResponse({"id": response_id, "object": "response.deleted", "deleted": True})

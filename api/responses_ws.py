@@ -24,6 +24,7 @@ from api.errors import APIError
 from api.params import Body
 from api.responses import ResponseRun, _history, _store
 from api.responses_request import parse_request
+from api.session import session_key
 from api.state import ServerState
 
 log = logging.getLogger("llamaserve.ws")
@@ -96,12 +97,12 @@ class Connection:
             state = await self.state.route(body.get("model"))
             state.require_chat()
             req = parse_request(Body(body), state.seal.open)
-            history = _history(state, req.previous_response_id, self.history)
+            history = await _history(state, req.previous_response_id, self.history)
         except APIError as exc:
             await self.send(_error(exc.code or "invalid_request", exc.message, type=exc.type,
                                    param=exc.param, status=exc.status))
             return
-        run = ResponseRun(state, req, history)
+        run = ResponseRun(state, req, history, session=session_key(self.ws.scope, body))
         self.task = asyncio.create_task(self.run(run))
 
     async def run(self, run: ResponseRun) -> None:
@@ -132,7 +133,7 @@ class Connection:
         self.history[rid] = run.conversation
         while len(self.history) > self.state.config.server.websocket_history:
             self.history.popitem(last=False)
-        _store(run.state, run)
+        await _store(run)
 
 
 async def responses_websocket(ws: WebSocket) -> None:

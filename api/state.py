@@ -24,7 +24,7 @@ from api.media import MediaRefs, media_policy
 from api.media_fetch import MediaPolicy
 from api.params import Body
 from api.reasoning_seal import ReasoningSeal
-from api.response_store import ResponseStore
+from api.response_store import MemoryResponseStore, ResponseStore
 from engine.config import Config, ModelConfig
 from engine.media.projector import Projector
 from engine.runner import Runner
@@ -39,7 +39,8 @@ if TYPE_CHECKING:
 class ServerState:
     config: Config
     registry: ModelRegistry
-    responses: ResponseStore = field(default_factory=lambda: ResponseStore(1000, 1 << 26, 3600))
+    responses: ResponseStore = field(
+        default_factory=lambda: MemoryResponseStore(1000, 1 << 26, 3600))
     gate: GateState = field(default_factory=GateState)
     created: int = field(default_factory=lambda: int(time.time()))
     seal: ReasoningSeal = field(default_factory=lambda: ReasoningSeal(None, ""))

@@ -42,6 +42,7 @@ class ServerConfig:
     responses_store_max: int = 1000  # stored Responses API responses (count)
     responses_store_max_bytes: int = 64 * 1024 * 1024
     responses_store_ttl: float = 3600.0  # seconds; 0 keeps them until evicted
+    responses_store_path: str | None = None  # a directory replicas share (None: in memory)
     websocket_history: int = 32  # responses a WebSocket connection can continue from
     api_keys: tuple[str, ...] = ()  # from api_key / api_keys / api_key_env / api_key_file
     metrics_auth: bool = False  # /metrics needs the API key too
@@ -369,6 +370,8 @@ def _server(data: dict[str, Any]) -> ServerConfig:
         values["cors"] = CorsConfig(**cors)
     if data.get("log_file"):
         values["log_file"] = expand_path(data["log_file"])
+    if data.get("responses_store_path"):
+        values["responses_store_path"] = expand_path(data["responses_store_path"])
     return ServerConfig(**values)
 
 

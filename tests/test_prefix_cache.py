@@ -205,6 +205,32 @@ def test_corrupt_state_rejected_by_llama_cpp_is_deleted(tmp_path: Path) -> None:
     disk.close()
 
 
+def test_a_stored_prompt_that_diverges_still_serves_its_shared_prefix(tmp_path: Path) -> None:
+    """Another replica (or an earlier run) saved a whole prompt; a new prompt shares its
+    first 1,200 tokens and then asks something else: the entry is loaded and cut there."""
+    cfg = DiskCacheConfig(path=str(tmp_path), max_bytes=1 << 20, min_tokens=64)
+    disk = DiskCache(cfg, key="k")
+    s, kv = make(disk=disk)
+    run_to_end(s, kv, req(P))  # saves all 1,500 tokens
+    assert disk.flush()
+    other = DiskCache(cfg, key="k")
+    s2, kv2 = make(disk=other)
+    c = req([*P[:1200], 9, 9, 9])
+    s2.add(c)
+    step(s2, kv2)
+    assert c.cached_tokens == 1200 and kv2.held(c.seq_id) == 1203
+    assert other.metrics.disk_hits._value.get() == 1
+    third = DiskCache(cfg, key="k")
+    s3, kv3 = make(disk=third)
+    e = req([*P[:200], *range(50_000, 51_300)])  # shares too little of the entry: not loaded
+    s3.add(e)
+    step(s3, kv3)
+    assert e.cached_tokens == 0 and third.metrics.disk_hits._value.get() == 0
+    third.close()
+    disk.close()
+    other.close()
+
+
 def test_short_cached_sequences_are_reclaimed_before_empty_ones() -> None:
     s, kv = make(n_seq=4)
     short = req(list(range(5000, 5100)))

@@ -319,6 +319,17 @@ class DiskCache:
         with self._lock:
             return [(n, name) for n, name in self._tree.stored_prefixes(tokens) if n > 0]
 
+    def sharing(self, tokens: list[int]) -> list[tuple[int, str, list[int]]]:
+        """Stored entries sharing a prefix with ``tokens`` (a true prefix or one that then
+        diverges): (shared length, name, the entry's tokens), most shared first and, among
+        equals, the shortest to load."""
+        self._maybe_refresh()
+        with self._lock:
+            found = [(n, name, self._tree.tokens(name))
+                     for name, n in self._tree.common_prefixes(tokens).items() if n > 0]
+        found.sort(key=lambda e: (-e[0], len(e[2])))
+        return found
+
     def wants(self, tokens: list[int]) -> bool:
         """Worth saving: long enough, and at least ``min_tokens`` past any stored prefix.
         Not while writes are failing (disk full, read-only): those saves are skipped and

@@ -11,7 +11,8 @@ request reuses the longest common prefix of any slot:
 - otherwise the prefix is copied (``seq_cp``) into the least recently used free
   slot, also while the source is still busy; when the source is still
   prefilling the shared part, the request waits for it instead of recomputing it;
-- on a miss in memory, the longest stored prefix on disk is loaded.
+- on a miss in memory, the stored sequence on disk sharing the longest prefix is
+  loaded and cut where the prompt diverges.
 
 KV computed under one set of LoRA adapters is never reused under another: each adapter
 set has its own tree, and the disk cache (whose key covers the configured adapters)
@@ -40,6 +41,7 @@ log = logging.getLogger("llamaserve.prefix_cache")
 
 WAIT_FOR_SOURCE_MIN = 64  # wait for a busy slot's prefill when it would save this many tokens
 DISK_MIN_GAIN = 16  # load from disk only when it beats memory by this many tokens
+DISK_MIN_SHARE = 0.25  # ...and uses at least this share of the stored sequence
 # Cached sequences shorter than this are reclaimed before an empty sequence id is used: they
 # are cheap to recompute, and every cell in use widens attention for all sequences.
 SHORT_CACHE = 256
@@ -232,14 +234,19 @@ class PrefixCache:
 
     def _from_disk(self, r: Request, in_memory: int, reserved: int,
                    keep: tuple[Slot, ...]) -> tuple[Slot, int, str] | None:
+        """Load the stored sequence sharing the longest prefix with the prompt, then cut it
+        where the prompt diverges (a prompt saved by another turn, or another replica,
+        with the same system prompt and tools but another question still serves them)."""
         if self.disk is None or r.adapters != self.disk_adapters:
             return None
-        for length, name in self.disk.lookup(r.prompt):
-            if length < in_memory + DISK_MIN_GAIN:
+        for shared, name, stored in self.disk.sharing(r.prompt):
+            if shared < in_memory + DISK_MIN_GAIN:
                 return None
-            if not self._room(length + 1, reserved, keep):
+            if DISK_MIN_SHARE * len(stored) > shared:
+                continue  # mostly another conversation: loading it costs more than it saves
+            if not self._room(len(stored) + 1, reserved, keep):
                 return None
-            data = self.disk.read(name, r.prompt[:length])
+            data = self.disk.read(name, stored)
             if data is None:
                 continue
             dst = self._victim(keep)
@@ -249,11 +256,11 @@ class PrefixCache:
                 self.disk.discard(name, "corrupt")
                 self._evict(dst)
                 continue
-            self.ledger.append(dst.seq_id, length)
-            dst.tokens = r.prompt[:length]
-            n = r.reusable(min(length, len(r.prompt) - 1))
-            if n < length:  # the whole prompt was stored (or a media was cut): evaluate again
-                if not self.kv.seq_trim(dst.seq_id, n):
+            self.ledger.append(dst.seq_id, len(stored))
+            dst.tokens = list(stored)
+            n = r.reusable(min(shared, len(r.prompt) - 1))
+            if n < len(stored):  # diverges (or the whole prompt was stored): cut there
+                if self._usable(dst, n) < n or not self.kv.seq_trim(dst.seq_id, n):
                     self._evict(dst)
                     return None
                 self.ledger.truncate(dst.seq_id, n)
