@@ -133,9 +133,11 @@ class DirectoryResponseStore(ResponseStore):
     # -- file work ------------------------------------------------------------------------
     def put_sync(self, response: dict[str, Any], conversation: list[dict[str, Any]]) -> None:
         path = self._path(response["id"])
-        data = json.dumps({"response": response, "conversation": conversation,
-                           "stored_at": time.time()}, ensure_ascii=False).encode()
-        if path is None or len(data) > self.max_bytes or self.max_items <= 0:
+        if path is None or self.max_items <= 0:
+            return
+        data = json.dumps({"response": response, "conversation": conversation,  # ASCII: any
+                           "stored_at": time.time()}).encode()  # text, lone surrogates too
+        if len(data) > self.max_bytes:
             return
         tmp = self.dir / f".tmp-{path.name}-{os.getpid()}-{threading.get_ident()}"
         try:

@@ -74,6 +74,7 @@ def fuzz_config(tmp: Path) -> dict[str, Any]:
                              "allowed_local_media_path": MEDIA_ROOT},
                        loras=loras)
     cfg["server"]["max_body_bytes"] = 65536
+    cfg["server"]["responses_store_path"] = str(tmp / "responses")  # the shared-store code
     return cfg
 
 
@@ -782,3 +783,51 @@ def ws_exchange(ws: Any, kind: str, frame: str | bytes, timeout: float = 60) -> 
             seen.append(event["type"])
             answered += 1
     return seen
+
+
+# -- session keys and response ids (sticky routing, the shared Responses store) -------------
+
+# header bytes a client can send: visible ASCII, tabs and spaces inside, and any byte from
+# 0x80 (HTTP forbids other control bytes on the wire and strips whitespace at the ends)
+HEADER_BYTES = st.binary(max_size=40).map(
+    lambda b: bytes(c for c in b if c == 9 or 32 <= c != 127).strip(b" \t")) | st.sampled_from([
+        b"", b"a\tb", b"a" * 300, b"k" * 8000, b"\xff\xfe", b"caf\xc3\xa9", b"../../etc",
+        b"resp_00.key", b"%00", b"\x85\x9b[31m\xa0"])
+HOSTILE_IDS = st.sampled_from([
+    "../../etc/passwd", "resp_00.../../x", "resp_ab.key/../../y", ".lock", ".tmp-x", "..",
+    "resp_" + "a" * 5000, "resp_\u0000x", "resp_\ud800", "resp_0.k\u2028", "", " ",
+    "resp_00." + "k" * 65, "resp_00.a b", "resp_00.ключ", "resp_ab.\U0001f600",
+    "/etc/passwd", "\\\\server\\share", "C:\\x", "resp_1.json"]) | WILD_TEXT
+
+
+@st.composite
+def session_cases(draw: st.DrawFn) -> tuple[str, str, dict[str, bytes], bytes]:
+    """(method, path, headers, raw body): session keys in headers and bodies, and hostile
+    response ids in previous_response_id and in the /v1/responses/{id} path."""
+    headers = {"content-type": b"application/json"}
+    for name in draw(st.sets(st.sampled_from(["x-session-id", "session_id"]))):
+        headers[name] = draw(HEADER_BYTES)
+    kind = draw(st.sampled_from(["chat", "responses", "anthropic", "get", "delete"]))
+    if kind in ("get", "delete"):
+        rid = draw(HOSTILE_IDS)
+        quoted = "".join(c if c.isalnum() or c in "_.-" else
+                         "".join(f"%{b:02X}" for b in c.encode("utf-8", "surrogatepass"))
+                         for c in rid) or "x"
+        return kind.upper(), f"/v1/responses/{quoted}", headers, b""
+    user: Any = draw(WILD_TEXT | st.sampled_from(["u" * 300, "user-1", None, 7, [], {}]))
+    if kind == "chat":
+        body: dict[str, Any] = {"messages": [{"role": "user", "content": "Hi"}],
+                                "max_tokens": 1, "user": user}
+        path = "/v1/chat/completions"
+    elif kind == "anthropic":
+        body = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1,
+                "metadata": draw(st.sampled_from([{"user_id": user}, {"user_id": None}, {},
+                                                  None, "x"]))}
+        path = "/v1/messages"
+    else:
+        body = {"input": "Hi", "max_output_tokens": 1, "user": user,
+                "previous_response_id": draw(HOSTILE_IDS)}
+        if draw(st.booleans()):
+            del body["previous_response_id"]
+        path = "/v1/responses"
+    return "POST", path, headers, json.dumps(body).encode()

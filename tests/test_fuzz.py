@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import base64
 import itertools
+import json
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -26,6 +28,7 @@ from fuzz_bodies import (
     post,
     post_raw,
     request_bodies,
+    session_cases,
     ws_exchange,
     ws_frames,
 )
@@ -228,3 +231,40 @@ def test_decompression_bombs_are_a_400_and_the_server_lives(
         "message"], r.text
     assert time.monotonic() - started < 5
     assert fuzz_server.proc.poll() is None and http_health(fuzz_server) == 200
+
+
+SESSION_EXAMPLES = 80
+
+
+def test_session_keys_and_response_ids_never_get_a_5xx_or_escape_the_store(
+        fuzz_server: ServerProcess, http: httpx.Client, tmp_path_factory: Any) -> None:
+    """Routing keys (x-session-id, session_id, user, metadata.user_id) of any bytes and
+    length, and response ids made to escape the store's directory: a clear answer, an
+    echoed key that is a valid header, and nothing written outside the store."""
+    store = Path(json.loads(next(Path(fuzz_server.log_path.parent).glob("config-*.json"))
+                            .read_text())["server"]["responses_store_path"])
+    statuses: dict[int, int] = {}
+
+    @settings(max_examples=SESSION_EXAMPLES, deadline=None, database=None, derandomize=True,
+              suppress_health_check=list(HealthCheck))
+    @given(session_cases())
+    def check(case: tuple[str, str, dict[str, bytes], bytes]) -> None:
+        method, path, headers, body = case
+        r = http.request(method, path, headers=headers, content=body or None)
+        statuses[r.status_code] = statuses.get(r.status_code, 0) + 1
+        check_error_shape(r)
+        echoed = r.headers.get("x-session-id")
+        if echoed is not None:
+            assert 0 < len(echoed) <= 256 and echoed.isprintable(), echoed
+        if r.status_code == 200 and path == "/v1/responses":
+            rid = r.json()["id"]
+            assert http.get(f"/v1/responses/{rid}").status_code == 200
+            assert (store / f"{rid}.json").is_file()
+
+    check()
+    assert statuses.get(200, 0) > 10 and statuses.get(404, 0) > 10, statuses
+    stray = [p for p in store.parent.rglob("*") if p.is_file() and store not in p.parents
+             and p.suffix == ".json" and p.name.startswith("resp_")]
+    assert not stray, stray
+    assert all(p.parent == store for p in store.rglob("*"))
+    assert http.get("/healthz").status_code == 200
