@@ -202,7 +202,7 @@ def test_disk_cache_survives_restart_and_skips_bad_files(tmp_path: Path) -> None
         client = client_for(server)
         m = server.metrics()
         assert m["llamaserve_disk_cache_rejected_total{reason=incompatible}"] == 1
-        assert not (disk / foreign.name).exists()
+        assert (disk / foreign.name).exists()  # never served, left for LRU eviction
         # the damaged full prompt is found by its checksum, deleted, and the shared prefix
         # is loaded instead
         from_disk = chat(client, system, "What about glaciers?")
