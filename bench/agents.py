@@ -69,9 +69,10 @@ TOOLS = [{"type": "function", "function": {
 
 def system_prompt(words: int) -> str:
     rng = random.Random(7)
-    vocab = ("module function class test fixture config parser engine cache token request "
-             "response stream error retry batch queue schema field value index commit "
-             "branch patch diff review lint type import export build deploy").split()
+    vocab = ["module", "function", "class", "test", "fixture", "config", "parser", "engine",
+             "cache", "token", "request", "response", "stream", "error", "retry", "batch",
+             "queue", "schema", "field", "value", "index", "commit", "branch", "patch", "diff",
+             "review", "lint", "type", "import", "export", "build", "deploy"]
     rules = []
     for i in range(words // 12):
         rules.append(f"Rule {i}: " + " ".join(rng.choice(vocab) for _ in range(10)) + ".")
