@@ -142,6 +142,7 @@ class ModelConfig:
     split_mode: int | None = None
     main_gpu: int | None = None
     tensor_split: tuple[float, ...] | None = None
+    rpc_servers: tuple[str, ...] = ()  # host:port of llama.cpp rpc-servers holding layers
     flash_attn: bool | str | None = None
     offload_kqv: bool | None = None
     op_offload: bool | None = None
@@ -275,6 +276,7 @@ def _model(data: dict[str, Any], at: str = "model") -> ModelConfig:
     values["from_pretrained"] = _from_pretrained(data.get("from_pretrained"))
     if "tensor_split" in data:
         values["tensor_split"] = tuple(float(x) for x in data["tensor_split"])
+    values["rpc_servers"] = _rpc_servers(data.get("rpc_servers", []), f"{at}.rpc_servers")
     if "draft_model_path" in data:
         values["draft_model_path"] = expand_path(data["draft_model_path"])
     values["draft_model_from_pretrained"] = _from_pretrained(
@@ -286,6 +288,23 @@ def _model(data: dict[str, Any], at: str = "model") -> ModelConfig:
     values["mtmd"] = _mtmd(data["mtmd"], f"{at}.mtmd") if "mtmd" in data else None
     values["loras"] = _loras(data.get("loras", []), f"{at}.loras")
     return ModelConfig(**values)
+
+
+def _rpc_servers(items: list[str], at: str = "model.rpc_servers") -> tuple[str, ...]:
+    """``host:port`` endpoints as llama.cpp's RPC client reads them: a host name or IPv4
+    address (it connects over IPv4), a colon, a port."""
+    out: list[str] = []
+    for i, item in enumerate(items):
+        host, sep, port = item.rpartition(":")
+        if not sep or not host or ":" in host or any(c.isspace() for c in host) \
+                or not port.isdigit() or not 1 <= int(port) <= 65535:
+            raise ConfigError(f"{at}[{i}]: expected host:port (a host name or IPv4 address "
+                              f"and a port 1-65535), got {item!r}")
+        endpoint = f"{host}:{int(port)}"
+        if endpoint in out:
+            raise ConfigError(f"{at}[{i}]: {endpoint!r} is listed twice")
+        out.append(endpoint)
+    return tuple(out)
 
 
 def _mtmd(data: dict[str, Any], at: str = "model.mtmd") -> MtmdConfig:

@@ -49,6 +49,8 @@ FLAGS = (
     Flag(("-t", "--threads"), "model.threads", int, "decode threads"),
     Flag(("-tb", "--threads-batch"), "model.threads_batch", int, "prefill threads"),
     Flag(("-ngl", "--n-gpu-layers"), "model.n_gpu_layers", int, "layers on the GPU"),
+    Flag(("--rpc",), "model.rpc_servers", str, "comma-separated host:port of rpc-servers",
+         lambda v: [s.strip() for s in v.split(",") if s.strip()]),
     Flag(("--api-key",), "server.api_key", str, "require this key"),
     Flag(("--chat-template-file",), "model.chat_template", str,
          "Jinja chat template file", _template_file),
