@@ -89,6 +89,10 @@ def main(argv: list[str] | None = None) -> int:
         return pull(argv[1:])
     if argv[:1] == ["check"]:
         return check(argv[1:])
+    if argv[:1] == ["rpc-server"]:
+        from engine.backends.rpc_server import main as rpc_server
+
+        return rpc_server(argv[1:])
     parser = argparse.ArgumentParser(
         prog="llamaserve", description="OpenAI-compatible server over llama.cpp. "
         "Serve a model with 'llamaserve -m model.gguf' or a config with '-C config.json'; "
