@@ -27,7 +27,15 @@ from engine.embedding_runner import EmbeddingRunner
 from engine.media.embedding_cache import EmbeddingCache
 from engine.media.projector import Projector
 from engine.metrics import EngineMetrics
-from engine.request import Delta, EngineError, Request, RequestTimeout, Status, TokenLogprob
+from engine.request import (
+    BackendUnavailable,
+    Delta,
+    EngineError,
+    Request,
+    RequestTimeout,
+    Status,
+    TokenLogprob,
+)
 from engine.runner import DECODE_NO_KV_SLOT, Runner
 from engine.scheduler import BatchItem, Scheduler, StepPlan
 
@@ -47,6 +55,10 @@ class _Cancel:
 
 class _CancelAll:
     pass
+
+
+class _Wake:
+    """Wakes an idle engine thread (its backend went down)."""
 
 
 class Engine:
@@ -87,12 +99,17 @@ class Engine:
         # special tokens a response parser needs as text (e.g. a tool-call marker); other
         # control tokens are never rendered
         self.render_special: frozenset[int] = frozenset()
-        self._inbox: queue.SimpleQueue[Request | EmbedJob | _Cancel | _CancelAll | None] = \
-            queue.SimpleQueue()
+        self._inbox: queue.SimpleQueue[Request | EmbedJob | _Cancel | _CancelAll | _Wake
+                                       | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._stopping = False
         self.alive = False
         self.failure: str | None = None
+        # a backend holding part of the model is gone (RPC server): see backend_down
+        self.backend_failure: str | None = None
+        self._down_lock = threading.Lock()
+        self._step_lock = threading.Lock()  # held by the engine thread while it runs a turn
+        self._pending: list[tuple[Request, Delta]] = []  # the turn's output, not yet published
         self.metrics.seqs_total.set(runner.n_seq_max)
         self.metrics.kv_cells_total.set(runner.n_ctx)
         self.metrics.bind(lambda: len(self.scheduler.running),
@@ -105,12 +122,27 @@ class Engine:
         self.alive = True
         self.metrics.engine_alive.set(1)
         self._thread.start()
+        if self.runner.rpc is not None:
+            for endpoint in self.runner.rpc.endpoints:
+                self.metrics.rpc_up.labels(endpoint).set(1)
+            self.runner.rpc.watch(self.backend_down)
 
     def stop(self, timeout: float = 10.0) -> None:
         self._stopping = True
         self._inbox.put(None)
+        rpc = self.runner.rpc
+        if rpc is not None:
+            rpc.unwatch()
+        broken = self.backend_failure is not None or (rpc is not None and rpc.broken)
         if self._thread is not None:
-            self._thread.join(timeout)
+            self._thread.join(1.0 if broken else timeout)  # may be stuck in llama.cpp
+        if broken:  # what lives on a dead server cannot be freed: it would wait on it
+            log.warning("not freeing the model's llama.cpp state: its backend failed")
+            if self.disk is not None:
+                self.disk.close(timeout)
+            if self.media_cache is not None:
+                self.media_cache.close()
+            return
         if self.disk is not None:
             if self._thread is None or not self._thread.is_alive():
                 self.cache.save_all()  # the cached sequences, so the next start is warm
@@ -144,7 +176,7 @@ class Engine:
 
     def submit(self, request: Request) -> None:
         if not self.alive:
-            raise EngineError(f"engine is not running: {self.failure or 'stopped'}")
+            raise self._unavailable()
         request.t_submit = time.monotonic()
         self._inbox.put(request)
 
@@ -153,8 +185,42 @@ class Engine:
 
     def submit_embed(self, job: EmbedJob) -> None:
         if not self.alive:
-            raise EngineError(f"engine is not running: {self.failure or 'stopped'}")
+            raise self._unavailable()
         self._inbox.put(job)
+
+    def _unavailable(self) -> EngineError:
+        if self.backend_failure is not None:
+            return BackendUnavailable(self.backend_failure)
+        return EngineError(f"engine is not running: {self.failure or 'stopped'}")
+
+    def backend_down(self, reason: str, endpoints: tuple[str, ...] = (),
+                     grace: float = 2.0) -> None:
+        """A backend holding part of the model is gone (an RPC server died); from any
+        thread, once. New requests get BackendUnavailable at once; the engine thread fails
+        what it holds at its next turn. If it is not between turns within ``grace``
+        seconds it is stuck inside llama.cpp waiting on the dead server, and the calling
+        thread fails everything in its place (without touching llama.cpp)."""
+        with self._down_lock:
+            if self.backend_failure is not None:
+                return
+            self.backend_failure = reason
+        for endpoint in endpoints:
+            self.metrics.rpc_up.labels(endpoint).set(0)
+        self.failure = reason
+        self.alive = False
+        self.metrics.engine_alive.set(0)
+        self._inbox.put(_Wake())
+        thread = self._thread
+        if thread is None or not thread.is_alive():
+            return
+        if thread is not threading.current_thread() and self._step_lock.acquire(timeout=grace):
+            self._step_lock.release()  # between turns: it sees backend_failure itself
+            return
+        log.error("the engine thread is stuck in llama.cpp; failing its requests from %s",
+                  threading.current_thread().name)
+        publish, self.publish = self.publish, lambda batch: None  # it stays quiet if it returns
+        publish(self._fail_all(BackendUnavailable(reason), list(self._pending),
+                               touch_state=False))
 
     def cancel(self, request: Request) -> None:
         if request.status is not Status.FINISHED and not request.cancelled:
@@ -163,43 +229,63 @@ class Engine:
 
     # -- engine thread ----------------------------------------------------------------
     def _run(self) -> None:
+        out: list[tuple[Request, Delta]] = []
         try:
             while not self._stopping:
-                out: list[tuple[Request, Delta]] = []
+                out = self._pending = []
                 self._drain_inbox(out, block=not (self.scheduler.has_work or self.embeds))
-                if self.embeds and not self._stopping:
-                    self._embed_step()  # one batch, then generation gets its step
-                if self.scheduler.has_work and not self._stopping:
-                    self._step(out)
+                with self._step_lock:
+                    if self.backend_failure is not None:
+                        raise BackendUnavailable(self.backend_failure)
+                    if self.embeds and not self._stopping:
+                        self._embed_step()  # one batch, then generation gets its step
+                    if self.scheduler.has_work and not self._stopping:
+                        self._step(out)
                 if out:
                     self.publish(out)
+                    out = self._pending = []
         except BaseException as exc:  # the loop itself broke: report, fail everyone
+            if isinstance(exc, BackendUnavailable):
+                self.publish(self._fail_all(exc, out, touch_state=False))
+                return
             log.exception("engine thread died")
             self.failure = f"{type(exc).__name__}: {exc}"
-            self.alive = False
-            self.metrics.engine_alive.set(0)
-            out = []
-            pending = [*self.scheduler.running, *self.scheduler.waiting]
-            jobs = list(self.embeds.jobs)
-            while not self._inbox.empty():
-                item = self._inbox.get_nowait()
-                if isinstance(item, Request):
-                    item.status = Status.FINISHED
-                    pending.append(item)
-                elif isinstance(item, EmbedJob):
-                    jobs.append(item)
-            for job in jobs:
-                job.done(None, EngineError("engine thread died"))
-            for r in pending:
-                try:
-                    self._fail(r, EngineError("engine thread died"), out)
-                except Exception:  # state may be broken: still tell the waiting client
-                    out.append((r, Delta(index=r.index, error=EngineError("engine thread died"),
-                                         finish_reason="error")))
-            self.publish(out)
+            self.publish(self._fail_all(EngineError("engine thread died"), out))
             return
         self.alive = False
         self.metrics.engine_alive.set(0)
+
+    def _fail_all(self, error: EngineError, out: list[tuple[Request, Delta]],
+                  touch_state: bool = True) -> list[tuple[Request, Delta]]:
+        """Fail every request and embedding job the engine holds or has queued; returns
+        ``out`` with their deltas, to publish. Without ``touch_state`` nothing of
+        llama.cpp (sequences, samplers) is touched: its backend is gone."""
+        self.failure = self.failure or str(error)
+        self.alive = False
+        self.metrics.engine_alive.set(0)
+        pending = [*self.scheduler.running, *self.scheduler.waiting]
+        jobs = list(self.embeds.jobs)
+        while not self._inbox.empty():
+            item = self._inbox.get_nowait()
+            if isinstance(item, Request):
+                item.status = Status.FINISHED
+                pending.append(item)
+            elif isinstance(item, EmbedJob):
+                jobs.append(item)
+        for job in jobs:
+            job.done(None, error)
+        for r in pending:
+            if touch_state:
+                try:
+                    self._fail(r, error, out)
+                    continue
+                except Exception:  # state may be broken: still tell the waiting client
+                    pass
+            r.status = Status.FINISHED
+            out.append((r, Delta(index=r.index, error=error, finish_reason="error",
+                                 prompt_tokens=len(r.prompt),
+                                 completion_tokens=len(r.output))))
+        return out
 
     def _drain_inbox(self, out: list[tuple[Request, Delta]], block: bool) -> None:
         try:

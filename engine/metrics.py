@@ -127,6 +127,10 @@ class EngineMetrics:
             "llamaserve_engine_step_failures", "Engine steps that raised an error.", registry=r)
         self.engine_alive = Gauge(
             "llamaserve_engine_alive", "1 while the engine thread is serving.", registry=r)
+        self.rpc_up = Gauge(
+            "llamaserve_rpc_server_up",
+            "1 while the model's connection to this RPC server (model.rpc_servers) is up.",
+            ["endpoint"], registry=r)
 
     def bind(self, running: Callable[[], float], waiting: Callable[[], float]) -> None:
         self.requests_running.set_function(running)

@@ -78,6 +78,11 @@ class RequestTimeout(EngineError):
     """The request's deadline passed before its first token (maps to an HTTP 408)."""
 
 
+class BackendUnavailable(EngineError):
+    """A backend holding part of the model (an RPC server) is gone; the engine stopped
+    (maps to an HTTP 503)."""
+
+
 _ids = itertools.count(1)
 
 

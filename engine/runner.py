@@ -19,6 +19,8 @@ from typing import Any
 import llama_cpp
 import numpy as np
 
+from engine.backends.rpc import RpcBackend, RpcError
+from engine.backends.rpc import log as rpc_log
 from engine.config import ModelConfig
 from engine.media.spans import MediaSpan, is_media_token, span_at
 from engine.request import SamplingParams, TokenLogprob
@@ -136,6 +138,7 @@ class Runner:
         self._keep: list[Any] = []  # ctypes objects llama.cpp points into
         self.model_path = model_path
         self.cfg = cfg
+        self.rpc: RpcBackend | None = None  # model.rpc_servers
         self.model = self._load_model(model_path, cfg)
         self.vocab = L.llama_model_get_vocab(self.model)
         self.n_vocab = int(L.llama_vocab_n_tokens(self.vocab))
@@ -167,10 +170,21 @@ class Runner:
             mp.split_mode = cfg.split_mode
         if cfg.main_gpu is not None:
             mp.main_gpu = cfg.main_gpu
-        if cfg.tensor_split:
-            split = (ctypes.c_float * len(cfg.tensor_split))(*cfg.tensor_split)
+        if cfg.tensor_split:  # llama.cpp reads one value per device
+            n = max(len(cfg.tensor_split), int(L.llama_max_devices()))
+            split = (ctypes.c_float * n)(*cfg.tensor_split)
             self._keep.append(split)
             mp.tensor_split = split
+        if cfg.rpc_servers:
+            try:
+                self.rpc = RpcBackend.connect(cfg.rpc_servers)
+            except RpcError as exc:
+                raise ModelLoadError(str(exc)) from None
+            devices = self.rpc.device_array()
+            self._keep.append(devices)
+            mp.devices = ctypes.cast(devices, ctypes.c_void_p)
+            rpc_log.info("devices: %s (n_gpu_layers %s)", self.rpc.describe(),
+                     "all" if cfg.n_gpu_layers in (None, -1) else cfg.n_gpu_layers)
         if cfg.draft_model == "draft-mtp":
             mp.load_mtp = True  # the MTP layers, for an MTP context (engine.drafts.mtp_runner)
         if cfg.use_mmap and cfg.use_mlock:
@@ -273,6 +287,10 @@ class Runner:
         return self.n_ctx * n_layer * n_head_kv * head_dim * (k + v)
 
     def close(self) -> None:
+        if self.rpc is not None and self.rpc.broken:
+            # freeing buffers that live on a dead RPC server would wait on it for good
+            self.ctx = self.model = None
+            return
         if self.ctx:
             L.llama_free(self.ctx)
             self.ctx = None
