@@ -22,13 +22,28 @@ from api.params import choice_seed
 from engine.core import ContextLengthExceeded, Engine
 from engine.embedding import EmbedJob
 from engine.media.spans import MediaSpan
-from engine.request import Delta, EngineError, Request, SamplingParams, Status
+from engine.request import (
+    BackendUnavailable,
+    Delta,
+    EngineError,
+    Request,
+    SamplingParams,
+    Status,
+)
 
 T = TypeVar("T")
 
 
 class ClientTooSlow(EngineError):
     """The client stopped reading and its buffered output reached the limit."""
+
+
+def unavailable(exc: EngineError) -> APIError:
+    """The 503 for a request the engine refused: it is down, or a backend of the model
+    (an RPC server) is."""
+    code = "backend_unavailable" if isinstance(exc, BackendUnavailable) else \
+        "engine_unavailable"
+    return APIError(str(exc), status=503, code=code)
 
 
 class Generation:
@@ -145,7 +160,7 @@ class EngineClient:
             for r in requests:
                 self.engine.cancel(r)
             self.outstanding -= len(requests)
-            raise APIError(str(exc), status=503, code="engine_unavailable") from None
+            raise unavailable(exc) from None
         return Generation(self.engine, requests, queue)
 
     async def embed(self, inputs: list[list[int]]) -> np.ndarray:
@@ -156,7 +171,10 @@ class EngineClient:
         def settle(vectors: np.ndarray | None, error: EngineError | None) -> None:
             if future.done():
                 return
-            if error is not None:
+            if isinstance(error, BackendUnavailable):
+                future.set_exception(APIError(f"Embedding failed: {error}", status=503,
+                                              code="backend_unavailable"))
+            elif error is not None:
                 future.set_exception(APIError(f"Embedding failed: {error}", status=500,
                                               code="engine_error"))
             else:
@@ -171,7 +189,7 @@ class EngineClient:
         try:
             self.engine.submit_embed(job)
         except EngineError as exc:
-            raise APIError(str(exc), status=503, code="engine_unavailable") from None
+            raise unavailable(exc) from None
         try:
             return await future
         finally:

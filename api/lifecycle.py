@@ -18,8 +18,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable
 from types import FrameType
@@ -32,6 +34,22 @@ from api.gate import Receive, Scope, Send
 from api.state import ServerState
 
 log = logging.getLogger("llamaserve.server")
+
+
+EXIT_BACKSTOP = 30.0  # seconds a shutdown after an engine failure may take
+
+
+def exit_after(seconds: float) -> None:
+    """Exit 1 in ``seconds`` unless the process ended by then: a shutdown held up by a
+    thread stuck in llama.cpp (waiting on a dead RPC server) still ends, and says so."""
+
+    def run() -> None:
+        time.sleep(seconds)
+        print(f"llamaserve: shutdown did not finish in {seconds:g} s; exiting now",
+              file=sys.stderr, flush=True)
+        os._exit(1)
+
+    threading.Thread(target=run, name="llamaserve-exit", daemon=True).start()
 
 
 class Lifecycle:
@@ -106,15 +124,15 @@ class Lifecycle:
             engine = next((m.client.engine for m in state.registry.loaded_states()
                            if not m.client.engine.alive and m.client.engine.failure), None)
         if delay is None:
-            log.error("engine thread died (%s); serving 503 until restarted", engine.failure)
+            log.error("engine failed (%s); serving 503 until restarted", engine.failure)
             return
-        log.error("engine thread died (%s); exiting with status 1 in %g s", engine.failure,
-                  delay)
+        log.error("engine failed (%s); exiting with status 1 in %g s", engine.failure, delay)
         await asyncio.sleep(delay)
         print(f"llamaserve: engine failed: {engine.failure}", file=sys.stderr)
         self.exit_code = 1
         if self.server is not None:
             self.server.should_exit = True
+        exit_after(EXIT_BACKSTOP)
 
     # -- draining -----------------------------------------------------------------------
     def drain(self, timeout: float | None) -> None:

@@ -14,7 +14,7 @@ from starlette.responses import StreamingResponse
 from api.engine_client import ClientTooSlow, Generation
 from api.errors import APIError
 from api.gate import note_usage
-from engine.request import Delta, RequestTimeout, TokenLogprob
+from engine.request import BackendUnavailable, Delta, RequestTimeout, TokenLogprob
 
 T = TypeVar("T")
 
@@ -117,6 +117,9 @@ class ChoiceResult:
             raise APIError(f"Request timed out: {d.error}", status=408, code="request_timeout")
         if isinstance(d.error, ClientTooSlow):
             raise APIError(f"Request cancelled: {d.error}", status=408, code="client_too_slow")
+        if isinstance(d.error, BackendUnavailable):
+            raise APIError(f"Generation failed: {d.error}", status=503,
+                           code="backend_unavailable")
         if d.error is not None:
             raise APIError(f"Generation failed: {d.error}", status=500, code="engine_error")
         self.timed_out = self.timed_out or d.timed_out
