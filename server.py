@@ -46,6 +46,7 @@ def check(argv: list[str]) -> int:
     except ConfigError as exc:
         print(f"llamaserve: config error: {exc}", file=sys.stderr)
         return 2
+    from engine.backends.rpc import RpcError
     from engine.model_source import ModelSourceError, resolve, resolve_file
     from engine.runner import ModelLoadError, model_summary
 
@@ -73,7 +74,15 @@ def check(argv: list[str]) -> int:
             for lora in m.loras:
                 path = resolve_file(lora.path, lora.from_pretrained, "model.loras")
                 print(f"LoRA adapter {lora.name}: {path}: scale {lora.scale:g}")
-    except (ModelSourceError, ModelLoadError) as exc:
+            if m.rpc_servers:
+                from engine.backends.rpc import hello, not_built_message, supports_rpc
+
+                if not supports_rpc():
+                    raise ModelLoadError(f"model.rpc_servers: {not_built_message()}")
+                for endpoint in m.rpc_servers:
+                    major, minor, patch = hello(endpoint)
+                    print(f"RPC server {endpoint}: rpc-server protocol {major}.{minor}.{patch}")
+    except (ModelSourceError, ModelLoadError, RpcError) as exc:
         print(f"llamaserve: {exc}", file=sys.stderr)
         return 1
     print(f"config ok: serves {', '.join(m.served_name() for m in config.all_models)} on "
