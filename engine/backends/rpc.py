@@ -238,6 +238,7 @@ def _on_abort(raw: bytes | None) -> None:
     try:
         message = re.sub(r"^\S*/", "", (raw or b"").decode("utf-8", "replace").strip())
         _aborted.append(message)
+        log.error("llama.cpp aborted: %s", message)
         listeners = list(_listeners)
         if not listeners:  # loading, or nothing to report to: exit, never silently
             sys.stderr.write(f"llamaserve: llama.cpp aborted: {message}\n")

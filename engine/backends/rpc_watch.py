@@ -160,7 +160,7 @@ class ConnectionWatch:
                 if event & select.POLLNVAL or not self._same(conn):
                     del self._conns[endpoint]  # llama.cpp closed it (model freed): not a failure
                     continue
-                why = ("lost the connection (reset or timed out)"
+                why = ("dropped the connection (reset or timed out)"
                        if event & (select.POLLERR | select.POLLHUP) else "closed the connection")
                 self.down[endpoint] = found[endpoint] = why
         return found
