@@ -189,3 +189,62 @@ def minilm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerPr
     server = start_server(minilm_config(), tmp_path_factory.mktemp("minilm"))
     yield server
     server.stop()
+
+
+# --- llama.cpp RPC servers (tests/test_rpc.py, bench/rpc_split.py) ---------------------------
+
+
+def require_rpc() -> None:
+    """The bindings' ggml has the RPC backend; without it CI fails, a dev machine skips."""
+    from engine.backends.rpc import not_built_message, supports_rpc
+
+    if not supports_rpc():
+        if os.environ.get("CI"):
+            pytest.fail(not_built_message(), pytrace=False)
+        pytest.skip(not_built_message())
+
+
+@dataclass
+class RpcServerProcess:
+    proc: subprocess.Popen[bytes]
+    port: int
+    log_path: Path
+
+    @property
+    def endpoint(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def start_rpc_server(tmp: Path, threads: int = 1,
+                     env: dict[str, str] | None = None) -> RpcServerProcess:
+    """An rpc-server on a free loopback port: ``llamaserve rpc-server`` (the bindings'
+    ggml_backend_rpc_start_server), or the binary $LLAMASERVE_RPC_SERVER names (llama.cpp's
+    own rpc-server, built from the vendored sources); ready once it answers a handshake."""
+    from engine.backends.rpc import RpcError, hello
+
+    port = free_port()
+    binary = os.environ.get("LLAMASERVE_RPC_SERVER")
+    args = [binary] if binary else [sys.executable, str(ROOT / "server.py"), "rpc-server"]
+    log_path = tmp / f"rpc-server-{port}.log"
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen([*args, "--port", str(port), "--threads", str(threads)],
+                                stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
+                                env={**os.environ, **(env or {})})
+    server = RpcServerProcess(proc, port, log_path)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"rpc-server exited with {proc.returncode}:\n"
+                               f"{log_path.read_text(errors='replace')}")
+        try:
+            hello(server.endpoint, timeout=2)
+            return server
+        except RpcError:
+            time.sleep(0.1)
+    server.kill()
+    raise RuntimeError("rpc-server did not start")
