@@ -66,7 +66,7 @@ def supports_rpc() -> bool:
     """The bindings' ggml has the RPC backend (built with -DGGML_RPC=on)."""
     try:
         return ggml.reg_by_name("RPC") is not None
-    except (AttributeError, OSError):
+    except (ImportError, AttributeError, OSError):
         return False
 
 
