@@ -7,9 +7,11 @@ Qwen2.5-Coder-0.5B with ``--n-seq`` sequences (4: more sessions than sequences).
 session shares a ~2,000-token system prompt with tool definitions; each turn appends the
 model's previous answer and ~150-300 tokens of tool output, and asks for at most
 ``--tokens`` (64) tokens, greedy. Reported per server: mean and p90 time to first token
-per turn, total time, and the tokens each server evaluated per turn against the new
-tokens of that turn (1.0 = perfect reuse), with the compute floor: evaluated tokens x the
-per-token prefill cost measured on the same server.
+per turn, total time, and the tokens each server evaluated against the new tokens (1.0 =
+perfect reuse: a turn's new tokens are its prompt less the previous turn's prompt and
+answer; a first turn's are its task line, plus the shared system prompt once per run),
+with the compute floor: evaluated tokens x the per-token prefill cost measured on the same
+server (a fresh ~1,000-token prompt; longer contexts cost more per token).
 
     flock /tmp/llamaserve-bench.lock python bench/agents.py \
         --llama-server /tmp/llama-build/bin/llama-server
@@ -42,7 +44,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from compare_servers import _port, _wait  # noqa: E402
 from fetch_models import model_path  # noqa: E402
-from report import Chart, report  # noqa: E402
+from report import Chart, out_dir, report  # noqa: E402
 
 TOOLS = [{"type": "function", "function": {
     "name": name, "description": desc,
@@ -65,6 +67,9 @@ TOOLS = [{"type": "function", "function": {
     ("git_diff", "Show the working tree's diff against HEAD.", {"paths": {
         "type": "array", "items": {"type": "string"}}}),
 ]]
+
+
+TASK_TOKENS = 20  # "Task {n}: rename handler_{n} and fix its callers." and its template
 
 
 def system_prompt(words: int) -> str:
@@ -121,8 +126,9 @@ def turn(url: str, messages: list[dict[str, Any]], tokens: int) -> dict[str, Any
     cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
     if cached is None:
         cached = timings.get("cache_n", 0)
+    completion = int(usage.get("completion_tokens") or timings.get("predicted_n", 0))
     return {"ttft": (first or end) - started, "total": end - started, "text": text,
-            "prompt": prompt, "evaluated": prompt - int(cached)}
+            "prompt": prompt, "evaluated": prompt - int(cached), "completion": completion}
 
 
 def run_sessions(url: str, system: str, sessions: int, turns: int, tokens: int
@@ -135,12 +141,12 @@ def run_sessions(url: str, system: str, sessions: int, turns: int, tokens: int
         messages: list[dict[str, Any]] = [
             {"role": "system", "content": system},
             {"role": "user", "content": f"Task {n}: rename handler_{n} and fix its callers."}]
-        previous_prompt = 0
+        previous = 0  # the previous turn's prompt and answer
         try:
             for t in range(turns):
                 rec = turn(url, messages, tokens)
-                rec.update(session=n, turn=t, new=rec["prompt"] - previous_prompt)
-                previous_prompt = rec["prompt"]
+                rec.update(session=n, turn=t, new=rec["prompt"] - previous if t else None)
+                previous = rec["prompt"] + rec["completion"]
                 with lock:
                     records.append(rec)
                 messages.append({"role": "assistant", "content": rec["text"] or "OK."})
@@ -170,14 +176,30 @@ def prefill_cost(url: str, words: int) -> float:
     return (time.perf_counter() - started) / r.json()["usage"]["prompt_tokens"]
 
 
+def engine_time(url: str) -> dict[str, float]:
+    """llamaserve's own account: seconds inside engine steps, steps, tokens decoded."""
+    try:
+        text = httpx.get(f"{url}/metrics", timeout=30).text
+    except httpx.HTTPError:
+        return {}
+    found: dict[str, float] = {}
+    for line in text.splitlines():
+        for key in ("llamaserve_engine_step_seconds_sum", "llamaserve_engine_step_seconds_count",
+                    "llamaserve_engine_batch_tokens_sum"):
+            if line.startswith(key + " "):
+                found[key.removeprefix("llamaserve_engine_")] = float(line.split()[1])
+    return found
+
+
 def start_llamaserve(model: str, n_seq: int, threads: int, port: int, tmp: Path,
                      extra: dict[str, Any]) -> subprocess.Popen[bytes]:
     cfg = {"server": {"log_level": "warning"},
            "model": {"path": model, "alias": "bench", "n_ctx": 32768, "n_seq_max": n_seq,
                      "n_batch": 512, "n_ubatch": 512, "threads": threads,
-                     "threads_batch": threads, "kv_unified": True, **extra},
-           "disk_cache": {"path": str(tmp / "disk"), "max_bytes": 8 << 30, "min_tokens": 128}}
-    path = tmp / "agents.json"
+                     "threads_batch": threads, **extra},
+           "disk_cache": {"path": str(tmp / f"disk-{port}"), "max_bytes": 8 << 30,
+                          "min_tokens": 128}}
+    path = tmp / f"agents-{port}.json"
     path.write_text(json.dumps(cfg))
     return subprocess.Popen([sys.executable, str(ROOT / "server.py"), "-C", str(path),
                              "--port", str(port)], stdout=subprocess.DEVNULL,
@@ -189,7 +211,7 @@ def start_llama_server(binary: str, model: str, n_seq: int, threads: int,
     log = os.environ.get("BENCH_LOG")
     return subprocess.Popen(
         [binary, "-m", model, "--port", str(port), "-np", str(n_seq), "-c", str(32768),
-         "-t", str(threads), "-tb", str(threads), "-b", "512", "-ub", "512", "--kv-unified",
+         "-t", str(threads), "-tb", str(threads), "-b", "512", "-ub", "512",
          "--jinja", "--no-webui"],
         stdout=subprocess.DEVNULL, stderr=open(log or os.devnull, "wb"))
 
@@ -209,14 +231,20 @@ def main() -> None:
     ap.add_argument("--n-seq", type=int, default=4)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--words", type=int, default=1200, help="system prompt size (~2,000 tokens)")
+    ap.add_argument("--llamaserve", default="split",
+                    help="llamaserve variants, comma-separated: split (kv_unified false), "
+                         "unified")
     args = ap.parse_args()
     system = system_prompt(args.words)
     results: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
-        servers: list[tuple[str, Callable[[int], subprocess.Popen[bytes]]]] = [
-            ("llamaserve", lambda port: start_llamaserve(args.model, args.n_seq, args.threads,
-                                                         port, tmp, {}))]
+        servers: list[tuple[str, Callable[[int], subprocess.Popen[bytes]]]] = []
+        for variant in args.llamaserve.split(","):
+            extra = {"kv_unified": variant == "unified"}
+            name = "llamaserve" if variant == "split" else f"llamaserve ({variant})"
+            servers.append((name, lambda port, extra=extra: start_llamaserve(
+                args.model, args.n_seq, args.threads, port, tmp, extra)))
         if args.llama_server:
             servers.append(("llama-server", lambda port: start_llama_server(
                 args.llama_server, args.model, args.n_seq, args.threads, port)))
@@ -228,6 +256,7 @@ def main() -> None:
                 _wait(f"{url}/health", proc)
                 cost = prefill_cost(url, 700)
                 run = run_sessions(url, system, args.sessions, args.turns, args.tokens)
+                run["engine"] = engine_time(url)
             finally:
                 proc.terminate()
                 proc.wait(60)
@@ -237,6 +266,13 @@ def main() -> None:
     rows: list[dict[str, object]] = []
     for name, run in results.items():
         recs = run["records"]
+        # New tokens of a first turn: the task line (its prompt less the shared system
+        # prompt and tools), and the shared part once for the whole run.
+        firsts = [r for r in recs if r["turn"] == 0]
+        shared = min(r["prompt"] for r in firsts) - TASK_TOKENS
+        for r in firsts:
+            r["new"] = r["prompt"] - shared
+        firsts[0]["new"] += shared
         ttfts = [r["ttft"] for r in recs]
         evaluated = sum(r["evaluated"] for r in recs)
         new = sum(r["new"] for r in recs)
@@ -245,7 +281,8 @@ def main() -> None:
                      "evaluated / new tokens": round(evaluated / max(new, 1), 2),
                      "evaluated tokens": evaluated,
                      "prefill ms/token": round(run["cost"] * 1000, 2),
-                     "compute floor s": round(evaluated * run["cost"], 1)})
+                     "compute floor s": round(evaluated * run["cost"], 1),
+                     "busy s": round(run.get("engine", {}).get("step_seconds_sum", 0), 1)})
     if len(rows) == 2:
         rows.append({"server": "ratio", **{k: round(float(rows[0][k]) / max(float(rows[1][k]),  # type: ignore[arg-type]
                                                                            1e-9), 2)
@@ -254,6 +291,8 @@ def main() -> None:
                                              if r["turn"] == t), 2)
                        for t in range(args.turns)] for name, run in results.items()}
     print("mean TTFT per turn:", json.dumps(per_turn), file=sys.stderr)
+    records = {name: run["records"] for name, run in results.items()}
+    (out_dir() / "agents_records.json").write_text(json.dumps(records))
     report(rows, "agents", Chart("server", ["mean TTFT s", "p90 TTFT s"], "seconds",
                                  "Multi-turn agent sessions"))
 

@@ -240,3 +240,27 @@ def test_short_cached_sequences_are_reclaimed_before_empty_ones() -> None:
     step(s, kv)
     assert other.seq_id == short.seq_id
     assert sum(1 for slot in s.cache.slots if slot.tokens) == 1
+
+
+def test_a_finished_answer_is_saved_so_the_next_turn_reloads_it(tmp_path: Path) -> None:
+    """Agents resend the conversation with the model's answer appended: the sequence is
+    saved again when its request ends, so a next turn evicted from memory reloads the
+    answer from disk instead of evaluating it again. A short answer is not worth a save."""
+    cfg = DiskCacheConfig(path=str(tmp_path), max_bytes=1 << 22, min_tokens=64)
+    disk = DiskCache(cfg, key="k")
+    s, kv = make(disk=disk)
+    first = req(P[:1000])
+    run_to_end(s, kv, first, new_tokens=40)  # 39 of them are in the KV
+    short = req(P[1000:1300])
+    run_to_end(s, kv, short, new_tokens=5)  # 4 in the KV: below ANSWER_MIN_SAVE
+    assert disk.flush()
+    assert sorted(len(disk._tree.tokens(k)) for k in disk._entries) == [300, 1000, 1039]
+
+    restarted = DiskCache(cfg, key="k")  # memory is gone
+    s2, kv2 = make(disk=restarted)
+    nxt = req([*P[:1000], *first.output[:39], 5, 5, 5])
+    s2.add(nxt)
+    step(s2, kv2)
+    assert nxt.cached_tokens == 1039 and kv2.held(nxt.seq_id) == 1042
+    disk.close()
+    restarted.close()

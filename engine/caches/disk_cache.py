@@ -330,10 +330,11 @@ class DiskCache:
         found.sort(key=lambda e: (-e[0], len(e[2])))
         return found
 
-    def wants(self, tokens: list[int]) -> bool:
-        """Worth saving: long enough, and at least ``min_tokens`` past any stored prefix.
-        Not while writes are failing (disk full, read-only): those saves are skipped and
-        counted, and the state is not even copied out of llama.cpp."""
+    def wants(self, tokens: list[int], min_new: int | None = None) -> bool:
+        """Worth saving: long enough, and at least ``min_new`` (default ``min_tokens``)
+        tokens past any stored prefix. Not while writes are failing (disk full, read-only):
+        those saves are skipped and counted, and the state is not even copied out of
+        llama.cpp."""
         if len(tokens) < self.min_tokens:
             return False
         if time.monotonic() < self._failing_until:
@@ -343,7 +344,7 @@ class DiskCache:
         with self._lock:
             longest = max((n for n, _ in [*self._tree.stored_prefixes(tokens),
                                           *self._queued.stored_prefixes(tokens)]), default=0)
-        return len(tokens) - longest >= self.min_tokens
+        return len(tokens) - longest >= (self.min_tokens if min_new is None else min_new)
 
     def read(self, name: str, tokens: list[int]) -> bytearray | None:
         """The state bytes of entry ``name`` (which must hold ``tokens``), or None when the

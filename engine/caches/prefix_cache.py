@@ -45,6 +45,9 @@ DISK_MIN_SHARE = 0.25  # ...and uses at least this share of the stored sequence
 # Cached sequences shorter than this are reclaimed before an empty sequence id is used: they
 # are cheap to recompute, and every cell in use widens attention for all sequences.
 SHORT_CACHE = 256
+# A finished request's sequence (prompt + answer) is saved again when the answer adds this
+# many tokens to what is stored: the next turn of a conversation starts with the answer.
+ANSWER_MIN_SAVE = 16
 
 
 class KvOps(Protocol):
@@ -296,9 +299,9 @@ class PrefixCache:
             if slot.tokens:
                 self._save(slot)
 
-    def _save(self, slot: Slot) -> None:
+    def _save(self, slot: Slot, min_new: int | None = None) -> None:
         if self.disk is not None and slot.adapters == self.disk_adapters \
-                and self.disk.wants(slot.tokens):
+                and self.disk.wants(slot.tokens, min_new):
             try:
                 self.disk.put(slot.tokens, self.kv.state_get(slot.seq_id))
             except Exception:  # a failed save costs a future cache hit, nothing else
@@ -306,8 +309,13 @@ class PrefixCache:
 
     def release(self, r: Request, keep: bool) -> None:
         """The request is done with its slot; keep its KV for later requests unless told not
-        to (its content is unknown after a failed step, or the cells are needed now)."""
-        self.release_slot(self.slots[r.seq_id], keep)
+        to (its content is unknown after a failed step, or the cells are needed now).
+        A kept sequence goes to disk too when its answer is new there: a follow-up turn
+        evicted from memory in the meantime then reloads the answer with the prompt."""
+        slot = self.slots[r.seq_id]
+        if keep and r.output and slot.tokens:
+            self._save(slot, ANSWER_MIN_SAVE)
+        self.release_slot(slot, keep)
 
     def release_slot(self, slot: Slot, keep: bool) -> None:
         slot.owner = None
