@@ -48,15 +48,20 @@ BUCKETS = [
 ]
 
 
+def _frame(frame: str) -> tuple[str, str]:
+    """``Class.method (path/file.py:line)`` -> (``method``, ``path/file.py``)."""
+    name, _, where = frame.partition(" (")
+    return name.rsplit(".", 1)[-1], where.rsplit(":", 1)[0]
+
+
 def bucket(stack: list[str]) -> str:
-    """``stack`` is outermost first, each frame ``function (file:line)``."""
+    """``stack`` is outermost first; the innermost llamaserve frame names the bucket."""
     for frame in reversed(stack):
-        func = frame.split(" (", 1)[0]
-        path = frame.split(" (", 1)[1] if " (" in frame else ""
-        if "/engine/" not in path and "/api/" not in path:
+        func, path = _frame(frame)
+        if not any(part in path for part in ("engine/", "api/", "core.py", "runner.py")):
             continue
         for name, label in BUCKETS:
-            if func == name and "runner.py" in path:
+            if func == name and path.endswith("runner.py"):
                 return label
         return "Python: " + func
     return "Python: other"
@@ -70,10 +75,10 @@ def parse_raw(path: Path) -> Counter[str]:
         if not n.isdigit():
             continue
         frames = stack_text.split(";")
-        if not any(f.startswith("_run (") and "engine/core.py" in f for f in frames):
+        parsed = [_frame(f) for f in frames]
+        if not any(func == "_run" and where.endswith("core.py") for func, where in parsed):
             continue
-        if any(f.startswith("_drain_inbox (") for f in frames) and not any(
-                f.startswith("_step (") for f in frames):
+        if not any(func == "_step" for func, _ in parsed):
             counts["idle (waiting for work)"] += int(n)
             continue
         counts[bucket(frames[1:])] += int(n)
