@@ -189,12 +189,14 @@ class Runner:
         self.adapters: dict[str, Any] = {}  # LoRA name -> llama_adapter_lora
         self._adapter_files: dict[str, dict[str, Any]] = {}
         self._applied: tuple[tuple[str, float], ...] = ()
-        # grammar sampling (engine thread): candidate buffer made on first use, and the
-        # top-k sampler that sorts out the candidates checked first
+        # grammar sampling (engine thread): candidate buffer made on first use
         self._cand: Any = None
         self._cand_ids: Any = None
         self._cand_ptr: Any = None
-        self._top_check = L.llama_sampler_init_top_k(CHECK)
+        # checked first: the best CHECK candidates, then (if they do not decide) the best
+        # 32 x CHECK, then all (bounded by the vocabulary)
+        self._checks = [(n, L.llama_sampler_init_top_k(n)) for n in (CHECK, 32 * CHECK)
+                        if n < self.n_vocab]
         self.grammar_fast = True  # False: the grammar checks every candidate (tests, bench)
 
     # -- loading --------------------------------------------------------------
@@ -323,9 +325,9 @@ class Runner:
         return self.n_ctx * n_layer * n_head_kv * head_dim * (k + v)
 
     def close(self) -> None:
-        if self._top_check:
-            L.llama_sampler_free(self._top_check)
-            self._top_check = None
+        for _, top in self._checks:
+            L.llama_sampler_free(top)
+        self._checks = []
         if self.rpc is not None and self.rpc.broken:
             # freeing buffers that live on a dead RPC server would wait on it for good
             self.ctx = self.model = None
@@ -542,22 +544,11 @@ class Runner:
             full = self._sample_full(g, batch_index)
             self._accept(g, full)
             return full
-        apply, ref = L.llama_sampler_apply, ctypes.byref
-        cur = self._candidates(batch_index)
-        if g.pre:
-            apply(g.pre, ref(cur))
-        apply(self._top_check, ref(cur))  # best CHECK first, size CHECK
-        boundary = float(self._cand["logit"][CHECK - 1])
-        apply(g.grammar, ref(cur))
-        head = self._cand[:CHECK]
-        ids, logits = allowed_sorted(head["id"], head["logit"])
         token: int | None = None
-        if g.greedy:
-            token = greedy_choice(ids, logits, boundary)
-        else:
-            plan = sampling_plan(logits, boundary, g.truncation)
-            if plan is not None:
-                token = self._choose(g, ids, logits, plan)
+        for size, top in self._checks:
+            token = self._sample_checked(g, batch_index, size, top)
+            if token is not None:
+                break
         if token is None:
             g.full += 1
             token = self._sample_full(g, batch_index)
@@ -565,6 +556,24 @@ class Runner:
             g.fast += 1
         self._accept(g, token)
         return token
+
+    def _sample_checked(self, g: GrammarChain, batch_index: int, size: int,
+                        top: Any) -> int | None:
+        """The token, from the grammar checked on the best ``size`` candidates only; None
+        when those do not decide it."""
+        apply, ref = L.llama_sampler_apply, ctypes.byref
+        cur = self._candidates(batch_index)
+        if g.pre:
+            apply(g.pre, ref(cur))
+        apply(top, ref(cur))  # the best `size` first, sorted; size `size`
+        boundary = float(self._cand["logit"][size - 1])
+        apply(g.grammar, ref(cur))
+        head = self._cand[:size]
+        ids, logits = allowed_sorted(head["id"], head["logit"])
+        if g.greedy:
+            return greedy_choice(ids, logits, boundary)
+        plan = sampling_plan(logits, boundary, g.truncation)
+        return None if plan is None else self._choose(g, ids, logits, plan)
 
     @staticmethod
     def _accept(g: GrammarChain, token: int) -> None:
