@@ -4,7 +4,8 @@ llama.cpp's grammar sampler tests every candidate it is given against the gramma
 151k-token vocabulary that is most of a constrained step. The runner instead sorts out the
 ``CHECK`` best candidates (after the pointwise samplers: logit bias, penalties), asks the
 grammar about those only, and uses this module to decide whether that is enough to give
-exactly what the full path (grammar over every candidate, then the same samplers) gives:
+exactly what the full path (grammar over every candidate, then the same samplers) gives;
+if not, it tries the best ``32 * CHECK``, and only then every candidate:
 
 - greedy: the best allowed candidate is the answer when its logit is above the last checked
   one's (nothing unchecked can tie or beat it); ties go to the lowest id, as llama.cpp's
