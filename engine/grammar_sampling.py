@@ -22,8 +22,10 @@ if not, it tries the best ``32 * CHECK``, and only then every candidate:
 
 Anything else (no allowed token among the checked ones, pure temperature sampling, top_p
 without min_p or top_k) falls back to the full path, so the result is always the full path's
-result: the same token for the same logits and seed (up to exact logit ties inside the
-kept set, whose order llama.cpp's sort leaves unspecified either way).
+result: the same token for the same logits and seed — the runner hands the samplers the
+checked tokens in the order the full path's array has when dist draws (best first, or id
+order under min_p alone), up to exact logit ties, whose order llama.cpp's sort leaves
+unspecified either way.
 """
 
 from __future__ import annotations
@@ -43,6 +45,12 @@ class Truncation:
     top_k: int = 0  # 0: off
     top_p: float = 1.0  # >= 1: off
     min_p: float = 0.0  # <= 0: off
+
+    @property
+    def sorts(self) -> bool:
+        """Whether llama.cpp's truncation leaves the candidates sorted best first (top_k and
+        top_p sort; min_p alone keeps them in id order), which is the order dist draws in."""
+        return self.top_k > 0 or self.top_p < 1.0
 
 
 @dataclass(frozen=True)

@@ -583,9 +583,13 @@ class Runner:
 
     def _choose(self, g: GrammarChain, ids: Any, logits: Any, plan: Plan) -> int | None:
         n = len(ids)
+        sorts = g.truncation.sorts
+        if not sorts:  # min_p alone filters in place: the full path's array is in id order
+            order = np.argsort(ids)
+            ids, logits = ids[order], logits[order]
         kept = np.zeros(n, _TOKEN_DATA)
         kept["id"], kept["logit"] = ids, logits
-        cur = L.llama_token_data_array(kept.ctypes.data_as(L.llama_token_data_p), n, -1, True)
+        cur = L.llama_token_data_array(kept.ctypes.data_as(L.llama_token_data_p), n, -1, sorts)
         if g.trunc:
             L.llama_sampler_apply(g.trunc, ctypes.byref(cur))
         if plan.expected is not None and cur.size != plan.expected:
