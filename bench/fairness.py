@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import os
 import random
@@ -222,7 +223,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         servers: list[tuple[str, Callable[[int], subprocess.Popen[bytes]]]] = [
             (f"llamaserve (target {t:g})" if t else "llamaserve (fixed 512)",
-             lambda port, t=t: start_llamaserve(args, t, port, Path(tmp)))
+             functools.partial(start_llamaserve, args, t, tmp=Path(tmp)))
             for t in (float(x) for x in args.targets.split(","))]
         if args.llama_server:
             servers.append(("llama-server", lambda port: start_llama_server(args, port)))
