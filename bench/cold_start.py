@@ -127,6 +127,17 @@ def log_file(args: argparse.Namespace) -> int | IO[bytes]:
     return f
 
 
+def dump_metrics(log: str) -> Hook:
+    """After the first token: llamaserve's engine and cache metrics, into the log."""
+    def hook(http: httpx.Client, url: str) -> None:
+        lines = [x for x in http.get(f"{url}/metrics").text.splitlines()
+                 if x.startswith(("llamaserve_engine_step_seconds_", "llamaserve_disk",
+                                  "llamaserve_prompt_tokens", "llamaserve_queue"))]
+        with open(log, "a") as f:
+            f.write(f"=== first token {time.time():.3f}\n" + "\n".join(lines) + "\n")
+    return hook
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--llama-server", default=os.environ.get("LLAMA_SERVER", ""))
@@ -167,9 +178,11 @@ def main() -> None:
                     timed(llama_server(args, slots), prompt, args.poll, before=slot("restore")))
             cache = tmp / "disk_cache"
             start = llamaserve(args, cache, tmp)
-            runs.setdefault("llamaserve cold", []).append(timed(start, prompt, args.poll))
+            after = dump_metrics(args.log) if args.log else None
+            runs.setdefault("llamaserve cold", []).append(
+                timed(start, prompt, args.poll, after=after))
             runs.setdefault("llamaserve warm (disk_cache)", []).append(
-                timed(start, prompt, args.poll))
+                timed(start, prompt, args.poll, after=after))
             shutil.rmtree(cache, ignore_errors=True)
         for name, values in runs.items():
             print(f"{name}: {values[-1]}", file=sys.stderr)

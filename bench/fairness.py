@@ -158,6 +158,7 @@ async def drive(url: str, args: argparse.Namespace, prompts: list[str]) -> dict[
             return await _long(http, url, prompt, run)
 
         ends = await asyncio.gather(*(arrive(k, p) for k, p in enumerate(prompts)))
+        measured = await _budget(http, url)
         stop.set()
         await asyncio.gather(*streams)
     idle, load = run.itl(idle_start, load_start), run.itl(load_start, max(ends))
@@ -170,7 +171,26 @@ async def drive(url: str, args: argparse.Namespace, prompts: list[str]) -> dict[
             "ttft s": round(statistics.mean(run.ttft), 1) if run.ttft else 0.0,
             "ttft max s": round(max(run.ttft), 1) if run.ttft else 0.0,
             "load s": round(max(ends) - load_start, 1), "tokens idle": len(idle),
-            "tokens load": len(load), "errors": run.errors}
+            "tokens load": len(load), "errors": run.errors, **measured}
+
+
+_GAUGES = {"llamaserve_decode_step_seconds": "decode step ms",
+           "llamaserve_prefill_token_seconds": "prefill ms/token",
+           "llamaserve_prefill_budget_tokens": "budget tokens"}
+
+
+async def _budget(http: httpx.AsyncClient, url: str) -> dict[str, float]:
+    """llamaserve's measured step costs at the end of the load (its /metrics gauges)."""
+    r = await http.get(f"{url}/metrics")
+    out: dict[str, float] = {}
+    if r.status_code != 200:
+        return out
+    for line in r.text.splitlines():
+        name, _, value = line.partition(" ")
+        if name in _GAUGES:
+            scale = 1 if name.endswith("tokens") else 1000
+            out[_GAUGES[name]] = round(float(value) * scale, 1)
+    return out
 
 
 def start_llamaserve(args: argparse.Namespace, target: float, port: int,

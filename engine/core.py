@@ -367,13 +367,24 @@ class Engine:
             if self.step_budget is not None:
                 prefill = sum(len(item.tokens) for item in plan.items
                               if item.pos < len(item.request.prompt))
-                self.step_budget.observe(plan.num_tokens - prefill, prefill,
-                                         now - decode_started)
+                self._observe_budget(plan.num_tokens - prefill, prefill, now - decode_started)
             # decode steps only: prefill chunks are cheaper per token than drafted tokens
             if self.drafting is not None and all(
                     item.pos >= len(item.request.prompt) for item in plan.items):
                 self.drafting.observe_step(plan.num_tokens, now - decode_started)
         self.metrics.kv_cells_used.set(self.cache.cells_used())
+
+    def _observe_budget(self, decode: int, prefill: int, seconds: float) -> None:
+        budget = self.step_budget
+        assert budget is not None
+        budget.observe(decode, prefill, seconds)
+        if decode and prefill:
+            cost = budget.prefill_cost()
+            base = budget.decode_seconds(decode)
+            if cost is not None and base is not None:
+                self.metrics.prefill_token_seconds.set(cost[1])
+                self.metrics.decode_step_seconds.set(base)
+                self.metrics.prefill_budget.set(budget.prefill_tokens(decode))
 
     def _encode_media(self, out: list[tuple[Request, Delta]]) -> None:
         """Give the media the next prefill chunks start in their embeddings: from the cache,
