@@ -382,9 +382,9 @@ class Engine:
             cost = budget.prefill_cost()
             base = budget.decode_seconds(decode)
             if cost is not None and base is not None:
-                self.metrics.prefill_token_seconds.set(cost[1])
+                self.metrics.prefill_token_seconds.set(cost)
                 self.metrics.decode_step_seconds.set(base)
-                self.metrics.prefill_budget.set(budget.prefill_tokens(decode))
+                self.metrics.prefill_budget.set(budget.last)
 
     def _encode_media(self, out: list[tuple[Request, Delta]]) -> None:
         """Give the media the next prefill chunks start in their embeddings: from the cache,

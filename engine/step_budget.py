@@ -1,21 +1,25 @@
 """How many prompt tokens a step may prefill while other sequences generate, from the
 engine's own step timings: pure Python, no llama.cpp.
 
-A step's time is modelled as ``D(d) + c0 + c * p`` for ``d`` decode tokens (generating
+A step's time is modelled as ``D(d) + c * p`` for ``d`` decode tokens (generating
 sequences, drafts included) and ``p`` prefill tokens:
 
 - ``D(d)``, the decode-only step time, is measured directly: an exponentially weighted
   average per decode size (interpolated between sizes seen, the nearest one outside them);
-- ``c0`` and ``c``, what prefill adds to a step, are a decayed least-squares line over the
-  mixed steps' extra time ``t - D(d)`` (a line through the origin while the prefill sizes
-  seen are too alike to separate the two, i.e. the average cost per prompt token).
+- ``c``, what one prompt token adds to a step, is a decayed least-squares line through the
+  origin over the mixed steps' extra time ``t - D(d)``: fixed costs of prefill (and a
+  decode step grown by the prompt's KV) are spread over the tokens at the sizes actually
+  run, which is where the estimate is used. (A line with an intercept fitted over the
+  narrow range of sizes a converged budget runs is too noisy: its slope swings and the
+  budget with it.)
 
 With generating sequences a step should take at most ``target`` times their decode-only
-step (their inter-token latency), so the budget is ``((target - 1) * D(d) - c0) / c``
-prompt tokens, at least ``min_tokens`` (a long prompt always advances) and at most
-``cap`` (``model.prefill_chunk``, or ``n_batch``). Until both parts are measured, a
-small ``initial`` chunk is used; the estimates follow the context growing because old
-steps weigh less.
+step (their inter-token latency), so the budget is ``(target - 1) * D(d) / c`` prompt
+tokens, at least ``min_tokens`` (a long prompt always advances), at most ``cap``
+(``model.prefill_chunk``, or ``n_batch``), and at most ``growth`` times the last budget
+(a noisy low estimate never makes one long step). Until both parts are measured a small
+``initial`` chunk is used; the estimates follow the context growing because old steps
+weigh less.
 """
 
 from __future__ import annotations
@@ -32,11 +36,10 @@ class StepBudget:
     initial: int = 32
     alpha: float = 0.1  # weight of a new decode-only time
     decay: float = 0.95  # weight kept by older mixed steps per new one
+    growth: float = 1.25  # the most the budget grows from one step to the next (+ min_tokens)
+    last: int = 0  # the last budget given
     decode: dict[int, float] = field(default_factory=dict)  # D(d), seconds
     sizes: list[int] = field(default_factory=list)  # sorted decode sizes in ``decode``
-    w: float = 0.0
-    sx: float = 0.0
-    sy: float = 0.0
     sxx: float = 0.0
     sxy: float = 0.0
 
@@ -56,9 +59,6 @@ class StepBudget:
         if base is None:
             return
         extra, p, d = seconds - base, float(prefill_tokens), self.decay
-        self.w = d * self.w + 1
-        self.sx = d * self.sx + p
-        self.sy = d * self.sy + extra
         self.sxx = d * self.sxx + p * p
         self.sxy = d * self.sxy + p * extra
 
@@ -78,30 +78,24 @@ class StepBudget:
         ta, tb = self.decode[a], self.decode[b]
         return ta + (tb - ta) * (decode_tokens - a) / (b - a)
 
-    def prefill_cost(self) -> tuple[float, float] | None:
-        """(fixed, per prompt token) seconds prefill adds to a step; None before a mixed
-        step is measured."""
-        if self.w <= 0 or self.sxx <= 0:
+    def prefill_cost(self) -> float | None:
+        """Seconds one prompt token adds to a step that also decodes; None before a mixed
+        step is measured. Prefill that added nothing measurable gives a tiny cost, so the
+        budget grows until it does."""
+        if self.sxx <= 0:
             return None
-        var = self.w * self.sxx - self.sx * self.sx
-        if self.w >= 4 and var > 0.01 * self.w * self.sxx:  # sizes spread enough for a line
-            per_token = (self.w * self.sxy - self.sx * self.sy) / var
-            fixed = (self.sy - per_token * self.sx) / self.w
-            if per_token > 0 and fixed >= 0:
-                return fixed, per_token
-        # the average, fixed costs spread over the tokens; prefill that added nothing
-        # measurable is tried at the cap next (its cost is then measured there)
-        return 0.0, max(self.sxy / self.sxx, 1e-9)
+        return max(self.sxy / self.sxx, 1e-9)
 
     def prefill_tokens(self, decode_tokens: int) -> int:
         """Prompt tokens for a step that also decodes ``decode_tokens`` tokens."""
         if decode_tokens <= 0:
             return self.cap
         base = self.decode_seconds(decode_tokens)
-        cost = self.prefill_cost()
-        if base is None or cost is None:
+        per_token = self.prefill_cost()
+        if base is None or per_token is None:
             n = self.initial
         else:
-            fixed, per_token = cost
-            n = int(((self.target - 1) * base - fixed) / per_token)
-        return max(1, min(self.cap, max(self.min_tokens, n)))
+            n = min(int((self.target - 1) * base / per_token),
+                    int(self.last * self.growth) + self.min_tokens)
+        self.last = max(1, min(self.cap, max(self.min_tokens, n)))
+        return self.last

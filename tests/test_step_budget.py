@@ -35,38 +35,35 @@ def test_budget_fits_the_target_from_measured_steps() -> None:
     for _ in range(5):
         b.observe(8, 0, fake_cost(8, 0))
     assert abs((b.decode_seconds(8) or 0) - 0.104) < 1e-9
-    for p in (32, 10, 20, 8, 12, 9, 10):
-        b.observe(8, p, fake_cost(8, p))
-    fixed, per_token = b.prefill_cost() or (0.0, 0.0)
-    assert abs(fixed - 0.002) < 1e-6 and abs(per_token - 0.010) < 1e-6
-    n = b.prefill_tokens(8)
-    assert n == int((0.104 - 0.002) / 0.010)  # 10 tokens: the step stays within 2x
+    for _ in range(10):
+        b.observe(8, 10, fake_cost(8, 10))
+    assert abs((b.prefill_cost() or 0) - 0.0102) < 1e-9  # 10.2 ms: the fixed 2 ms spread
+    sizes = [b.prefill_tokens(8) for _ in range(6)]
+    assert sizes == [4, 9, 10, 10, 10, 10]  # grows from nothing by at most 1.25x + 4
+    n = sizes[-1]
     assert fake_cost(8, n) <= 2 * fake_cost(8, 0) < fake_cost(8, n + 1)
-    assert b.prefill_tokens(0) == 512
+    assert b.prefill_tokens(0) == 512  # nobody generating: the cap
     assert b.prefill_tokens(16) == n  # an unmeasured size: the nearest measured one
-    assert StepBudget(cap=512, target=4.0, decode=b.decode, sizes=b.sizes, w=b.w, sx=b.sx,
-                      sy=b.sy, sxx=b.sxx, sxy=b.sxy).prefill_tokens(8) == 30
+    b.target = 4.0
+    assert [b.prefill_tokens(8) for _ in range(6)][-1] == 30
 
 
-def test_decode_sizes_interpolate_and_alike_prefill_sizes_use_the_average() -> None:
+def test_decode_sizes_interpolate_and_a_prompt_always_advances() -> None:
     b = StepBudget(cap=512)
     b.observe(4, 0, 0.1)
     b.observe(8, 0, 0.2)
     assert abs((b.decode_seconds(6) or 0) - 0.15) < 1e-9
     assert b.decode_seconds(2) == 0.1 and b.decode_seconds(20) == 0.2
-    for _ in range(6):
-        b.observe(8, 10, 0.2 + 0.12)  # always 10 tokens: no line, 12 ms a token on average
-    assert b.prefill_cost() == (0.0, b.sxy / b.sxx)
-    assert b.prefill_tokens(8) == 16  # 0.2 / 0.012
-    assert StepBudget(cap=512, min_tokens=4, decode={8: 0.001}, sizes=[8], w=1, sx=10,
-                      sy=1, sxx=100, sxy=10).prefill_tokens(8) == 4  # a prompt still advances
+    b.observe(8, 10, 0.2 + 10.0)  # a prompt token costs a second
+    assert b.prefill_tokens(8) == 4  # min_tokens
 
 
-def test_free_prefill_is_tried_at_the_cap() -> None:
+def test_free_prefill_grows_to_the_cap() -> None:
     b = StepBudget(cap=256)
     b.observe(8, 0, 0.1)
     b.observe(8, 16, 0.09)  # no measurable cost (noise)
-    assert b.prefill_tokens(8) == 256
+    sizes = [b.prefill_tokens(8) for _ in range(30)]
+    assert sizes[0] == 4 and sizes == sorted(sizes) and sizes[-1] == 256
 
 
 def test_scheduler_keeps_streams_within_the_target_while_a_long_prompt_prefills() -> None:
@@ -101,13 +98,12 @@ def test_scheduler_keeps_streams_within_the_target_while_a_long_prompt_prefills(
         times.append(seconds)
     assert sizes[0] == 32  # the initial chunk, before a mixed step is measured
     assert sum(sizes) == 4000
-    assert max(times[3:]) <= 2 * fake_cost(8, 0) * 1.1
-    assert min(sizes[3:-1]) >= 8 and max(sizes[3:-1]) <= 12
+    assert max(times[1:]) <= 2 * fake_cost(8, 0) * 1.05
+    assert min(sizes[10:-1]) >= 8 and max(sizes[1:-1]) <= 11
 
 
 def test_an_explicit_prefill_chunk_caps_the_measured_budget() -> None:
-    budget = StepBudget(cap=4, decode={1: 1.0}, sizes=[1], w=1, sx=10, sy=0.1, sxx=100,
-                        sxy=1.0)
+    budget = StepBudget(cap=4, decode={1: 1.0}, sizes=[1], sxx=100, sxy=0.1, last=100)
     assert budget.prefill_tokens(1) == 4
     s = Scheduler(PrefixCache(4, FakeKv(), capacity=100_000), 512, prefill_chunk=4,
                   step_budget=budget)
