@@ -25,6 +25,8 @@ import dataclasses
 import json
 import logging
 import sys
+import threading
+from concurrent.futures import Future
 from typing import TYPE_CHECKING
 
 from engine.config import ConfigError, parse
@@ -131,16 +133,17 @@ def main(argv: list[str] | None = None) -> int:
             "binding to %s without an API key: anyone who can reach this port can use the "
             "model (set server.api_key, api_keys, api_key_env or api_key_file)", host)
 
-    from api.app import build_app
-    from api.lifecycle import Lifecycle, run
     from engine.config import ModelConfig
-    from engine.core import Engine
-    from engine.media.projector import ProjectorError
-    from engine.model_source import ModelSourceError, resolve, resolve_file
-    from engine.runner import ModelLoadError, Runner
+
+    if TYPE_CHECKING:
+        from engine.core import Engine
 
     def load_engine(cfg: ModelConfig) -> Engine:
         """One model of the config: its files resolved, loaded, its engine built."""
+        from engine.core import Engine
+        from engine.model_source import resolve, resolve_file
+        from engine.runner import Runner
+
         path = resolve(cfg)
         draft_path = None
         if cfg.draft_model == "draft-model":
@@ -158,9 +161,26 @@ def main(argv: list[str] | None = None) -> int:
             runner.close()
             raise
 
+    # the first model loads (in llama.cpp, without the GIL) while the HTTP side imports
+    first: Future[Engine] = Future()
+
+    def load_first() -> None:
+        try:
+            first.set_result(load_engine(config.model))
+        except BaseException as exc:
+            first.set_exception(exc)
+
+    threading.Thread(target=load_first, name="llamaserve-load", daemon=True).start()
+
+    from api.app import build_app
+    from api.lifecycle import Lifecycle, run
+    from engine.media.projector import ProjectorError
+    from engine.model_source import ModelSourceError
+    from engine.runner import ModelLoadError
+
     def load_app() -> Starlette:
         try:
-            return build_app(config, load_engine(config.model), manage_engine=False,
+            return build_app(config, first.result(), manage_engine=False,
                              load_engine=load_engine)
         except (ModelSourceError, ModelLoadError, ProjectorError, ValueError, OSError) as exc:
             raise RuntimeError(str(exc)) from exc

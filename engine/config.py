@@ -129,6 +129,9 @@ class ModelConfig:
     n_batch: int = 512
     n_ubatch: int = 512
     prefill_chunk: int = 0  # prompt tokens per step while others generate; 0 = n_batch
+    # with sequences generating, a step may take this many times their decode-only step
+    # (measured); prefill tokens are sized to fit, at most prefill_chunk; 0 = off
+    prefill_step_target: float = 2.0
     threads: int = field(default_factory=lambda: os.cpu_count() or 4)
     threads_batch: int | None = None
     kv_unified: bool = True
@@ -267,6 +270,9 @@ def _model(data: dict[str, Any], at: str = "model") -> ModelConfig:
         raise ConfigError(f"{at}: set exactly one of 'path' or 'from_pretrained'")
     if data.get("n_ubatch", 0) > data.get("n_batch", ModelConfig.n_batch):
         raise ConfigError(f"{at}.n_ubatch: must not exceed {at}.n_batch")
+    if 0 < data.get("prefill_step_target", 0) <= 1:
+        raise ConfigError(f"{at}.prefill_step_target: must be more than 1 (a step with "
+                          "prompt tokens takes longer than one without), or 0 for off")
     values = {k: v for k, v in data.items() if k in ModelConfig.__dataclass_fields__}
     template = data.get("chat_template")
     if isinstance(template, list):

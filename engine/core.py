@@ -38,6 +38,7 @@ from engine.request import (
 )
 from engine.runner import DECODE_NO_KV_SLOT, Runner
 from engine.scheduler import BatchItem, Scheduler, StepPlan
+from engine.step_budget import StepBudget
 
 log = logging.getLogger("llamaserve.engine")
 
@@ -88,7 +89,12 @@ class Engine:
         self.cache = PrefixCache(runner.n_seq_max, runner, capacity=runner.n_ctx,
                                  unified=runner.unified, n_swa=runner.n_swa, disk=self.disk,
                                  metrics=self.metrics, disk_adapters=self.default_adapters)
-        self.scheduler = Scheduler(self.cache, runner.n_batch, cfg.prefill_chunk)
+        # prompt tokens per step while others generate: from measured step costs (a step
+        # within prefill_step_target decode-only steps), at most prefill_chunk
+        self.step_budget = StepBudget(cfg.prefill_chunk or runner.n_batch,
+                                      cfg.prefill_step_target) if cfg.prefill_step_target else None
+        self.scheduler = Scheduler(self.cache, runner.n_batch, cfg.prefill_chunk,
+                                   self.step_budget)
         self.embedder = EmbeddingRunner(runner, cfg) if (
             runner.embedding_only or cfg.embedding) else None
         self.embeds = EmbedQueue(self.embedder.n_batch if self.embedder else 0,
@@ -358,11 +364,27 @@ class Engine:
             now = time.perf_counter()
             self.metrics.step_seconds.observe(now - started)
             self.metrics.batch_tokens.observe(plan.num_tokens)
+            if self.step_budget is not None:
+                prefill = sum(len(item.tokens) for item in plan.items
+                              if item.pos < len(item.request.prompt))
+                self._observe_budget(plan.num_tokens - prefill, prefill, now - decode_started)
             # decode steps only: prefill chunks are cheaper per token than drafted tokens
             if self.drafting is not None and all(
                     item.pos >= len(item.request.prompt) for item in plan.items):
                 self.drafting.observe_step(plan.num_tokens, now - decode_started)
         self.metrics.kv_cells_used.set(self.cache.cells_used())
+
+    def _observe_budget(self, decode: int, prefill: int, seconds: float) -> None:
+        budget = self.step_budget
+        assert budget is not None
+        budget.observe(decode, prefill, seconds)
+        if decode and prefill:
+            cost = budget.prefill_cost()
+            base = budget.decode_seconds(decode)
+            if cost is not None and base is not None:
+                self.metrics.prefill_token_seconds.set(cost)
+                self.metrics.decode_step_seconds.set(base)
+                self.metrics.prefill_budget.set(budget.last)
 
     def _encode_media(self, out: list[tuple[Request, Delta]]) -> None:
         """Give the media the next prefill chunks start in their embeddings: from the cache,

@@ -77,6 +77,16 @@ class EngineMetrics:
         self.finished = Counter(
             "llamaserve_sequences_finished", "Sequences ended, by finish reason.",
             ["reason"], registry=r)
+        self.prefill_budget = Gauge(
+            "llamaserve_prefill_budget_tokens",
+            "Prompt tokens the last mixed step could take (model.prefill_step_target).",
+            registry=r)
+        self.prefill_token_seconds = Gauge(
+            "llamaserve_prefill_token_seconds",
+            "Measured seconds one prompt token adds to a step that also decodes.", registry=r)
+        self.decode_step_seconds = Gauge(
+            "llamaserve_decode_step_seconds",
+            "Measured decode-only step time at the last mixed step's decode size.", registry=r)
         self.step_seconds = Histogram(
             "llamaserve_engine_step_seconds", "Wall time of one engine step.",
             buckets=(0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5), registry=r)

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from engine.caches.prefix_cache import PrefixCache
 from engine.request import Request, Status
+from engine.step_budget import StepBudget
 
 
 @dataclass(frozen=True)
@@ -44,11 +45,14 @@ class StepPlan:
 
 
 class Scheduler:
-    def __init__(self, cache: PrefixCache, n_batch: int, prefill_chunk: int = 0) -> None:
+    def __init__(self, cache: PrefixCache, n_batch: int, prefill_chunk: int = 0,
+                 step_budget: StepBudget | None = None) -> None:
         self.cache = cache
         self.n_batch = n_batch
-        # prompt tokens per step while others generate (their inter-token latency)
+        # prompt tokens per step while others generate (their inter-token latency): from
+        # measured step costs with a step budget, at most prefill_chunk
         self.prefill_chunk = prefill_chunk or n_batch
+        self.step_budget = step_budget
         self.kv_capacity = cache.capacity
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
@@ -107,7 +111,9 @@ class Scheduler:
             plan.items.append(BatchItem(r, [*r.next_tokens(1), *draft], r.num_computed, True,
                                         len(draft)))
         if plan.items:
-            budget = min(budget, self.prefill_chunk)
+            budget = min(budget, self.prefill_chunk if self.step_budget is None else
+                         min(self.prefill_chunk,
+                             self.step_budget.prefill_tokens(plan.num_tokens)))
         for r in self.running:
             if budget <= 0:
                 break
