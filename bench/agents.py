@@ -241,7 +241,10 @@ def main() -> None:
         tmp = Path(tmp_name)
         servers: list[tuple[str, Callable[[int], subprocess.Popen[bytes]]]] = []
         for variant in args.llamaserve.split(","):
-            extra = {"kv_unified": variant == "unified"}
+            # agent settings on a CPU (README "Agent workloads"): a KV stream per sequence
+            # (attention spans only its own cells) and full prefill chunks (time to first
+            # token over other streams' inter-token latency)
+            extra = {"kv_unified": variant == "unified", "prefill_step_target": 0}
             name = "llamaserve" if variant == "split" else f"llamaserve ({variant})"
             servers.append((name, lambda port, extra=extra: start_llamaserve(
                 args.model, args.n_seq, args.threads, port, tmp, extra)))
