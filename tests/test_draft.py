@@ -7,6 +7,7 @@ import pytest
 from engine.drafts.draft import (
     ALIGN,
     Acceptance,
+    DraftLimit,
     DraftState,
     NgramIndex,
     PromptLookup,
@@ -205,3 +206,29 @@ def test_a_request_stopping_on_a_drafted_token_is_not_a_miss() -> None:
     p = idx.propose(6)  # 12, 13, 50, 14, ...
     idx.follow(p, 6, 2, [12, 13])  # end of text right after 13
     assert not idx.missed and idx.pending is None
+
+
+def test_draft_limit_grows_past_the_configured_maximum_while_whole_drafts_are_accepted() -> None:
+    limit = DraftLimit(base=8, top=64)
+    limit.observe(8, 8, 9)  # a whole draft at the limit: double
+    assert limit.limit == 16
+    limit.observe(5, 5, 6)  # a whole draft shorter than the limit (sized down): no evidence
+    assert limit.limit == 16
+    for _ in range(5):
+        limit.observe(limit.limit, limit.limit, limit.limit + 1)
+    assert limit.limit == 64  # capped
+    limit.observe(64, 10, 11)  # rejected part-way: halve
+    assert limit.limit == 32
+    for _ in range(5):
+        limit.observe(limit.limit, 0, 1)
+    assert limit.limit == 8  # never below the configured maximum
+    limit.observe(8, 3, 3)  # the request stopped on a drafted token: not a miss
+    assert limit.limit == 8
+
+
+def test_draft_state_feeds_the_limit_and_a_configured_maximum_above_top_stays() -> None:
+    s = DraftState(limit=DraftLimit(base=4, top=64))
+    s.proposal = Proposal([1, 2, 3, 4], "cursor", 0)
+    s.verified([1, 2, 3, 4], [1, 2, 3, 4, 5])
+    assert s.limit is not None and s.limit.limit == 8
+    assert DraftLimit(base=100, top=64).limit == 100  # top never below the configured one

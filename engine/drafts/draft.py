@@ -40,6 +40,7 @@ IDLE_DECAY = 0.98  # per token generated without a draft: evidence fades back to
 CURSOR_BEHIND, CURSOR_AHEAD = 4, 32  # resynchronisation window around the copy cursor
 ALIGN = 8  # drafted steps hold a multiple of this many tokens (see allocate)
 CURSOR_STRIKES = 2  # drafts missed at their first token before the cursor is dropped
+GROWN_MAX = 64  # prompt lookup: the longest a draft grows to past a smaller configured maximum
 
 
 @dataclass
@@ -187,6 +188,32 @@ class Acceptance:
 
 
 @dataclass
+class DraftLimit:
+    """The longest draft a sequence may propose, adapted past the configured maximum
+    ``base``: a draft accepted whole at the current limit doubles it (up to ``top``),
+    since a copy that long is likely to go on; a draft rejected part-way halves it, never
+    below ``base``. ``allocate`` still picks the length under it by expected tokens per
+    second; the limit only lets a long verbatim stretch be copied in fewer steps when a
+    small maximum is configured."""
+
+    base: int
+    top: int
+    limit: int = 0
+
+    def __post_init__(self) -> None:
+        self.top = max(self.top, self.base)
+        self.limit = self.limit or self.base
+
+    def observe(self, proposed: int, accepted: int, emitted: int) -> None:
+        """After a draft of ``proposed`` tokens, ``accepted`` of them, ``emitted`` tokens
+        out (fewer than the draft when the request stopped on a drafted token)."""
+        if accepted >= proposed >= self.limit:
+            self.limit = min(self.top, 2 * self.limit)
+        elif accepted < min(proposed, emitted):  # the model said something else
+            self.limit = max(self.base, self.limit // 2)
+
+
+@dataclass
 class DraftState:
     """Per-sequence drafting state, owned by the engine thread."""
 
@@ -194,6 +221,7 @@ class DraftState:
     synced: int = 0  # tokens of prompt + output already in the index
     acceptance: Acceptance = field(default_factory=Acceptance)
     proposal: Proposal | None = None  # this step's, before sizing
+    limit: DraftLimit | None = None  # adaptive longest draft (prompt lookup)
 
     def verified(self, draft: Sequence[int], tokens: Sequence[int]) -> None:
         """After a step that drafted ``draft`` and emitted ``tokens`` (the accepted ones
@@ -202,6 +230,8 @@ class DraftState:
         proposed, accepted = len(draft), accepted_count(draft, tokens)
         if proposed and p is not None:
             self.acceptance.observe(p.kind, proposed, accepted)
+            if self.limit is not None:
+                self.limit.observe(proposed, accepted, len(tokens))
         else:
             self.acceptance.rest(len(tokens))
         if self.index is not None and p is not None:
