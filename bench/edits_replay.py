@@ -101,7 +101,7 @@ def measure(path: str) -> None:
     from llama_cpp import Llama
 
     llm = Llama(str(model_path("qwen-0.5b")), n_ctx=4096, n_batch=512, n_threads=2,
-                n_threads_batch=2, verbose=False)
+                n_threads_batch=2, logits_all=True, verbose=False)
     prefix = llm.tokenize(chatml(messages(EDITS[0])).encode(), special=True)
     llm.eval(prefix)
     out = {}

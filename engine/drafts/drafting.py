@@ -20,7 +20,6 @@ from engine.drafts.draft import (
     DraftLimit,
     DraftState,
     PromptLookup,
-    Proposal,
     StepCost,
     accepted_count,
     allocate,
@@ -29,6 +28,7 @@ from engine.drafts.draft import (
 from engine.drafts.draft_model import DraftModel
 from engine.drafts.mtp import MtpDrafter
 from engine.drafts.mtp_runner import LlamaMtp, mtp_layers
+from engine.drafts.ngram_index import Proposal
 from engine.metrics import EngineMetrics
 from engine.request import Request
 from engine.runner import ModelLoadError, Runner
