@@ -231,3 +231,43 @@ def test_draft_state_feeds_the_limit_and_a_configured_maximum_above_top_stays() 
     s.verified([1, 2, 3, 4], [1, 2, 3, 4, 5])
     assert s.limit is not None and s.limit.limit == 8
     assert DraftLimit(base=100, top=64).limit == 100  # top never below the configured one
+
+
+def test_a_rename_into_two_tokens_is_learned_and_applied_to_later_occurrences() -> None:
+    """50 -> (60, 61): one token of the source became two (a longer identifier)."""
+    truth = [u for t in SOURCE for u in ((60, 61) if t == 50 else (t,))] + [2]
+    idx = NgramIndex(max_n=3)
+    idx.extend([*SOURCE, 1, 10, 11])
+    done, proposals = 2, []
+    while done < len(truth):
+        p, n = copy_step(idx, truth, done, 8)
+        proposals.append(p.tokens)
+        done += n
+    assert idx.replacements.table == {(50,): (60, 61)}
+    assert [21, 60, 61, 22, 23] in [p[i:i + 5] for p in proposals for i in range(len(p))]
+
+
+def test_a_removed_argument_is_learned_as_a_deletion_and_dropped_when_contradicted() -> None:
+    source = [7, 8, 10, 11, 30, 31, 12, 13, 14, 15, 16, 17, 10, 11, 30, 31, 12, 18, 19, 20, 21,
+              22, 10, 11, 30, 31, 12, 23]
+    idx = NgramIndex(max_n=3)
+    idx.extend([*source, *range(100, 140), 7, 8])  # the file, the instruction, the answer
+    truth = [7, 8, 10, 11, 12, 13, 14, 15, 16, 17, 10, 11, 12, 18, 19, 20, 21, 22,
+             10, 11, 30, 31, 12, 23, 2]  # (30, 31) removed twice, then kept
+    done, learned = 2, False
+    while done < len(truth):
+        _, n = copy_step(idx, truth, done, 8)
+        learned = learned or idx.replacements.table == {(30, 31): ()}
+        done += n
+    assert learned and not idx.replacements  # dropped where the model kept the original
+
+
+def test_proposal_ends_map_tokens_to_source_positions_through_replacements() -> None:
+    idx = NgramIndex(max_n=2)
+    idx.extend([5, 6, 7, 8, 9])
+    idx.replacements.add((6, 7), (60,))
+    idx.replacements.add((8,), (80, 81))
+    p = idx._copy(0, 8, "cursor")
+    assert p.tokens == [5, 60, 80, 81, 9]
+    assert p.ends == [1, 3, -1, 4, 5]  # inside (80, 81): no source position yet
+    assert [i for i, _, _ in p.swaps] == [1, 2]
