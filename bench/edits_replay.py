@@ -29,6 +29,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from edit_corpus import EDITS, first_of_each_kind, messages  # noqa: E402
 from engine.drafts.draft import (  # noqa: E402
+    GROWN_MAX,
+    DraftLimit,
     DraftState,
     PromptLookup,
     accepted_count,
@@ -48,7 +50,7 @@ def chatml(msgs: list[dict[str, str]]) -> str:
 def replay(prompt: list[int], answer: list[int], k_max: int, max_ngram: int,
            cost: Callable[[int], float]) -> dict[str, object]:
     lookup = PromptLookup(max_ngram)
-    s = DraftState()
+    s = DraftState(limit=DraftLimit(k_max, GROWN_MAX))
     pos, seconds, steps = 1, cost(len(prompt)) * 0, 0  # the first token comes from prefill
     drafted = accepted = 0
     kinds: Counter[str] = Counter()
@@ -56,7 +58,8 @@ def replay(prompt: list[int], answer: list[int], k_max: int, max_ngram: int,
     lengths: Counter[int] = Counter()
     while pos < len(answer):
         out = answer[:pos]
-        room = max(0, min(k_max, len(answer) - pos - 1))
+        assert s.limit is not None
+        room = max(0, min(s.limit.limit, len(answer) - pos - 1))
         s.proposal = lookup.propose(prompt, out, s, room)
         chances = s.acceptance.chances(s.proposal.kind, len(s.proposal.tokens))
         k = allocate([chances], 1, 511, cost)[0]

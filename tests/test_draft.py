@@ -209,9 +209,9 @@ def test_a_request_stopping_on_a_drafted_token_is_not_a_miss() -> None:
 
 def test_draft_limit_grows_past_the_configured_maximum_while_whole_drafts_are_accepted() -> None:
     limit = DraftLimit(base=8, top=64)
-    limit.observe(8, 8, 9)  # a whole draft at the limit: double
+    limit.observe(7, 7, 8)  # a whole draft near the limit (7 + 1 tokens: aligned): double
     assert limit.limit == 16
-    limit.observe(5, 5, 6)  # a whole draft shorter than the limit (sized down): no evidence
+    limit.observe(8, 8, 9)  # a whole draft of half the limit (sized down): no evidence
     assert limit.limit == 16
     for _ in range(5):
         limit.observe(limit.limit, limit.limit, limit.limit + 1)

@@ -80,11 +80,11 @@ class Acceptance:
 @dataclass
 class DraftLimit:
     """The longest draft a sequence may propose, adapted past the configured maximum
-    ``base``: a draft accepted whole at the current limit doubles it (up to ``top``),
-    since a copy that long is likely to go on; a draft rejected part-way halves it, never
-    below ``base``. ``allocate`` still picks the length under it by expected tokens per
-    second; the limit only lets a long verbatim stretch be copied in fewer steps when a
-    small maximum is configured."""
+    ``base``: a draft accepted whole that used more than half the current limit doubles
+    it (up to ``top``), since a copy that long is likely to go on; a draft rejected
+    part-way halves it, never below ``base``. ``allocate`` still picks the length under
+    it by expected tokens per second; the limit only lets a long verbatim stretch be
+    copied in fewer steps when a small maximum is configured."""
 
     base: int
     top: int
@@ -97,7 +97,8 @@ class DraftLimit:
     def observe(self, proposed: int, accepted: int, emitted: int) -> None:
         """After a draft of ``proposed`` tokens, ``accepted`` of them, ``emitted`` tokens
         out (fewer than the draft when the request stopped on a drafted token)."""
-        if accepted >= proposed >= self.limit:
+        if accepted >= proposed and 2 * proposed > self.limit:  # (sized to the step's
+            # alignment, a draft rarely reaches the limit itself)
             self.limit = min(self.top, 2 * self.limit)
         elif accepted < min(proposed, emitted):  # the model said something else
             self.limit = max(self.base, self.limit // 2)
