@@ -8,9 +8,10 @@ every request, so this machine's drift hits them alike:
   llama-server no spec; --spec-type ngram-map-k, ngram-mod, ngram-simple (their defaults)
 
 1 stream: each kind of edit once (rename, signature, insert, reformat), tokens/s per kind
-and over all four. 8 streams: the 8 edits of the corpus at once. Reports absolute tokens/s
-end to end, each llamaserve draft config against llama-server's best n-gram type, and
-whether every text equals the same server's text without drafts.
+and over all four. 8 streams: the 8 edits of the corpus at once, the first 200 tokens of
+each answer (``--max-tokens-8``; whole answers take minutes per config on 2 cores).
+Reports absolute tokens/s end to end, each llamaserve draft config against llama-server's
+best n-gram type, and whether every text equals the same server's text without drafts.
 
     python bench/edits.py --llama-server /tmp/llama-build/bin/llama-server [--quick]
 """
@@ -128,10 +129,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--llama-server", default=os.environ.get(
         "LLAMA_SERVER", "/tmp/llama-build/bin/llama-server"))
-    ap.add_argument("--max-tokens", type=int, default=600)
+    ap.add_argument("--max-tokens", type=int, default=600, help="per request, 1 stream")
+    ap.add_argument("--max-tokens-8", type=int, default=200,
+                    help="per request, 8 streams (the first part of each answer: time)")
     ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--all-types", action="store_true",
+                    help="also ngram-simple (drafts exactly as ngram-map-k with defaults)")
     ap.add_argument("--quick", action="store_true",
-                    help="rename + signature only, 4 streams' worth fewer configs, 320 tokens")
+                    help="rename + signature only, no k16 / ngram-simple, 320 / 120 tokens")
     args = ap.parse_args()
     single = first_of_each_kind()
     many = EDITS
@@ -142,13 +147,15 @@ def main() -> None:
         ("ls lookup k16", {"draft_model": "prompt-lookup-decoding",
                            "draft_model_num_pred_tokens": 16})]
     lcpp_configs = [("lcpp none", []), ("lcpp ngram-map-k", ["--spec-type", "ngram-map-k"]),
-                    ("lcpp ngram-mod", ["--spec-type", "ngram-mod"]),
-                    ("lcpp ngram-simple", ["--spec-type", "ngram-simple"])]
+                    ("lcpp ngram-mod", ["--spec-type", "ngram-mod"])]
+    if args.all_types:
+        lcpp_configs.append(("lcpp ngram-simple", ["--spec-type", "ngram-simple"]))
     if args.quick:
         single = single[:2]
         ls_configs = ls_configs[:3]
         lcpp_configs = lcpp_configs[:3]
         args.max_tokens = min(args.max_tokens, 320)
+        args.max_tokens_8 = min(args.max_tokens_8, 120)
     servers: list[Server] = []
     results: dict[tuple[str, int, str], Result] = {}  # (server, streams, kind)
     with tempfile.TemporaryDirectory() as tmp:
@@ -161,10 +168,11 @@ def main() -> None:
                 run(server, [Edit("warm-up", "x = 1\n", "Rename x to y.")], 8)
             for round_ in range(args.rounds):
                 order = servers if round_ % 2 == 0 else servers[::-1]
-                batches = [(1, e.kind, [e]) for e in single] + [(len(many), "8 edits", many)]
-                for streams, kind, edits in batches:
+                batches = [(1, e.kind, [e], args.max_tokens) for e in single] + [
+                    (len(many), "8 edits", many, args.max_tokens_8)]
+                for streams, kind, edits, max_tokens in batches:
                     for server in order:
-                        res = run(server, edits, args.max_tokens)
+                        res = run(server, edits, max_tokens)
                         key = (server.name, streams, kind)
                         if key not in results or res.tps > results[key].tps:
                             results[key] = res

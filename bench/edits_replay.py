@@ -33,6 +33,7 @@ from engine.drafts.draft import (  # noqa: E402
     DraftLimit,
     DraftState,
     PromptLookup,
+    StepCost,
     accepted_count,
     allocate,
     default_cost,
@@ -49,6 +50,9 @@ def chatml(msgs: list[dict[str, str]]) -> str:
 
 def replay(prompt: list[int], answer: list[int], k_max: int, max_ngram: int,
            cost: Callable[[int], float]) -> dict[str, object]:
+    """Sizing as the engine does it: ``allocate`` over a ``StepCost`` learned from the
+    steps taken so far (``default_cost`` until it is ready); each step costs ``cost``."""
+    learned = StepCost()
     lookup = PromptLookup(max_ngram)
     s = DraftState(limit=DraftLimit(k_max, GROWN_MAX))
     pos, seconds, steps = 1, cost(len(prompt)) * 0, 0  # the first token comes from prefill
@@ -62,7 +66,7 @@ def replay(prompt: list[int], answer: list[int], k_max: int, max_ngram: int,
         room = max(0, min(s.limit.limit, len(answer) - pos - 1))
         s.proposal = lookup.propose(prompt, out, s, room)
         chances = s.acceptance.chances(s.proposal.kind, len(s.proposal.tokens))
-        k = allocate([chances], 1, 511, cost)[0]
+        k = allocate([chances], 1, 511, learned if learned.ready else default_cost)[0]
         draft = s.proposal.tokens[:k]
         n = accepted_count(draft, answer[pos:])
         emitted = answer[pos:pos + n + 1]
@@ -73,6 +77,7 @@ def replay(prompt: list[int], answer: list[int], k_max: int, max_ngram: int,
         drafted, accepted = drafted + k, accepted + n
         s.verified(draft, emitted)
         seconds += cost(1 + k)
+        learned.observe(1 + k, cost(1 + k))
         steps += 1
         pos += len(emitted)
     plain = cost(1) * (len(answer) - 1)

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from engine.drafts.ngram_index import NgramIndex, Proposal
 
 # chance that the first token of a proposal is accepted, before any evidence
-FIRST_PRIOR = {"cursor": 0.8, "substitute": 0.4, "ngram3": 0.6, "ngram2": 0.4,
+FIRST_PRIOR = {"cursor": 0.8, "anchor": 0.6, "substitute": 0.4, "ngram3": 0.6, "ngram2": 0.4,
                "ngram1": 0.25, "model": 0.7, "mtp": 0.7}
 PRIOR_WEIGHT = 2.0  # in proposals' worth of evidence
 RUN_PRIOR = (19.0, 1.0)  # accepted / missed follow-on tokens: 0.95 before evidence

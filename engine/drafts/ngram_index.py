@@ -25,6 +25,7 @@ CURSOR_BEHIND, CURSOR_AHEAD = 4, 32  # resynchronisation window around the copy 
 CURSOR_STRIKES = 2  # drafts missed at their first token before the cursor is dropped
 LONGEST_REPLACEMENT = 8  # tokens on either side of a learned replacement
 MAX_REPLACEMENTS = 32  # the most recent ones are kept
+COPYING = ("cursor", "anchor", "substitute")  # proposals that follow the copy cursor
 
 Tokens = tuple[int, ...]
 
@@ -126,6 +127,18 @@ class NgramIndex:
                 best = ends[j]
         return best
 
+    def _resumed(self, ends: list[int], n: int, end: int) -> int:
+        """After a change: the first occurrence that starts at or after where the model
+        left the source (it comes back there after an insertion, a little later after
+        a replacement), or -1."""
+        if self.miss is None:
+            return -1
+        src = self.miss[0]
+        i = bisect.bisect_left(ends, src + n)
+        if i < len(ends) and ends[i] <= min(src + n + CURSOR_AHEAD, end - 1):
+            return ends[i]
+        return -1
+
     def _copy(self, start: int, k: int, kind: str) -> Proposal:
         """``k`` tokens from ``start`` with the learned replacements applied."""
         h, subs = self.history, self.replacements
@@ -158,11 +171,16 @@ class NgramIndex:
         # where each trailing n-gram (longest first) occurred
         occurrences = [(n, self.ends[n].get(hash(tuple(h[end - n:end])), []))
                        for n in range(longest, 0, -1)]
+        if self.miss is not None:
+            for n, ends in occurrences:
+                start = self._resumed(ends, n, end)
+                if start >= 0:
+                    return self._copy(start, k, "anchor")
         if 0 < cur < end:
             for _, ends in occurrences:
                 start = self._near_cursor(ends, end)
                 if start >= 0:
-                    return self._copy(start, k, "cursor")
+                    return self._copy(start, k, "anchor")
             if self.missed:  # the model replaced a token: skip it
                 return self._copy(cur, k, "substitute")
         for n, ends in occurrences:
@@ -185,13 +203,17 @@ class NgramIndex:
         j = 0  # tokens of the proposal the model followed
         while j < min(n, len(p.tokens)) and tokens[j] == p.tokens[j]:
             j += 1
-        if j >= 2 and self.miss is not None and p.kind in ("cursor", "substitute") and (
+        if j >= 2 and self.miss is not None and p.kind in COPYING and (
                 p.src >= self.miss[0] and p.at >= self.miss[1]):
             # back in step after a change: what the model said there is a replacement
             found = replacement(h[self.miss[0]:p.src], h[self.miss[1]:p.at])
             if found is not None:
                 self.replacements.add(*found)
             self.miss = None
+        if j < 2 and self.miss is not None and p.kind not in COPYING:
+            # mid-edit, a token or two that a fresh n-gram guessed do not move the copy
+            self.aligned = False
+            return
         if j == n or j == len(p.tokens) == n - 1:  # followed (the last one maybe beyond)
             end = p.ends[j - 1] if j else p.src
             self.aligned = False
@@ -206,6 +228,8 @@ class NgramIndex:
             self.cursor, self.aligned, self.strikes = end, True, 0
             return
         self.aligned = False
+        if j == 0 and p.kind not in COPYING:  # a fresh n-gram guess failed: the copy
+            return  # cursor stays where it was (the model may be inserting new text)
         for i, pattern, said in p.swaps:  # a replacement the model did not follow
             if i <= j < i + max(len(said), 1):
                 self.replacements.drop(pattern)
@@ -214,7 +238,7 @@ class NgramIndex:
             source = next(pos for pos in reversed([p.src, *p.ends[:j]]) if pos >= 0)
         if self.miss is None or j > 0:
             self.miss = (source, p.at + j)
-        if j > 0 or (p.kind in ("cursor", "substitute") and self.strikes < CURSOR_STRIKES):
+        if j > 0 or (p.kind in COPYING and self.strikes < CURSOR_STRIKES):
             # assume the model's token replaced the one the draft had there
             self.strikes = 0 if j > 0 else self.strikes + 1
             self.cursor = source + 1 + (n - 1 - j)
