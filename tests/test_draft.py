@@ -271,3 +271,23 @@ def test_proposal_ends_map_tokens_to_source_positions_through_replacements() -> 
     assert p.tokens == [5, 60, 80, 81, 9]
     assert p.ends == [1, 3, -1, 4, 5]  # inside (80, 81): no source position yet
     assert [i for i, _, _ in p.swaps] == [1, 2]
+
+
+def test_after_an_inserted_line_the_copy_resumes_where_the_model_left_the_source() -> None:
+    """Each "method" (5, 6, body) gets a new line (7, 8x, 9) after its header; the inserted
+    tokens appear nowhere in the source, and the indentation-like token 3 is everywhere."""
+    source = [1, 5, 6, 3, 40, 41, 42, 3, 43, 44, 5, 6, 3, 50, 51, 52, 3, 53, 54,
+              5, 6, 3, 60, 61, 62, 3, 63, 64]
+    truth = [1, 5, 6, 3, 7, 80, 9, 3, 40, 41, 42, 3, 43, 44, 5, 6, 3, 7, 81, 9, 3, 50, 51, 52, 3,
+             53, 54, 5, 6, 3, 7, 82, 9, 3, 60, 61, 62, 3, 63, 64, 2]
+    idx = NgramIndex(max_n=3)
+    idx.extend([*source, *range(100, 140), 1, 5])
+    done, resumed = 2, []
+    while done < len(truth):
+        p, n = copy_step(idx, truth, done, 8)
+        if p.kind == "anchor":
+            resumed.append((p.src, p.tokens[:3]))
+        done += n
+    # back in the source where each insertion ended (the model said 50 / 60, then the copy
+    # goes on), not at an earlier "method" that also starts with 3
+    assert (14, [51, 52, 3]) in resumed and (23, [61, 62, 3]) in resumed

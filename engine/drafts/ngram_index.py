@@ -134,7 +134,7 @@ class NgramIndex:
         if self.miss is None:
             return -1
         src = self.miss[0]
-        i = bisect.bisect_left(ends, src + n)
+        i = bisect.bisect_left(ends, src)  # (the n-gram may end right before that point)
         if i < len(ends) and ends[i] <= min(src + n + CURSOR_AHEAD, end - 1):
             return ends[i]
         return -1
@@ -214,20 +214,16 @@ class NgramIndex:
             # mid-edit, a token or two that a fresh n-gram guessed do not move the copy
             self.aligned = False
             return
+        self.aligned = False
         if j == n or j == len(p.tokens) == n - 1:  # followed (the last one maybe beyond)
             end = p.ends[j - 1] if j else p.src
-            self.aligned = False
             if end < 0:  # stopped inside a replacement (the request ended)
                 return
-            if j < n:  # one token past the proposal: did it go on copying?
-                peek = self._copy(end, 1, p.kind)
-                if peek.tokens != [tokens[-1]] or peek.ends[0] < 0:
-                    self.cursor = end
-                    return
-                end = peek.ends[0]
-            self.cursor, self.aligned, self.strikes = end, True, 0
-            return
-        self.aligned = False
+            peek = self._copy(end, 1, p.kind) if j < n else p
+            if j == n or (peek.tokens == [tokens[-1]] and peek.ends[0] >= 0):
+                self.cursor, self.aligned, self.strikes = peek.ends[0] if j < n else end, True, 0
+                return
+            self.missed = True  # one token past the proposal, the model left the copy
         if j == 0 and p.kind not in COPYING:  # a fresh n-gram guess failed: the copy
             return  # cursor stays where it was (the model may be inserting new text)
         for i, pattern, said in p.swaps:  # a replacement the model did not follow
@@ -236,7 +232,7 @@ class NgramIndex:
         source = p.src if j == 0 else p.ends[j - 1]
         if source < 0:  # inside a replacement: back to where it started
             source = next(pos for pos in reversed([p.src, *p.ends[:j]]) if pos >= 0)
-        if self.miss is None or j > 0:
+        if self.miss is None or j >= 2:  # (one token, indentation say, matches anywhere)
             self.miss = (source, p.at + j)
         if j > 0 or (p.kind in COPYING and self.strikes < CURSOR_STRIKES):
             # assume the model's token replaced the one the draft had there
