@@ -140,8 +140,19 @@ def test_step_cost_table_interpolation_and_fit() -> None:
     for n, s in truth.items():
         assert cost(n) == pytest.approx(s)
     assert cost(40) == pytest.approx(0.21 + (0.45 - 0.21) * 23 / 47)  # between 17 and 64
-    _, per_token = cost.fit() or (0.0, 0.0)
-    assert cost(128) == pytest.approx(0.45 + per_token * 64) and per_token > 0
+    # past the top: the slope from the largest size at most half as big (17 -> 64)
+    assert cost(128) == pytest.approx(0.45 + (0.45 - 0.21) / 47 * 64)
+
+
+def test_step_cost_past_the_top_follows_the_large_sizes_not_the_one_token_steps() -> None:
+    cost = StepCost()  # measured on the 2-core CPU: a second token costs more than a step
+    truth = {1: 0.035, 2: 0.073, 4: 0.085, 8: 0.145, 16: 0.230}
+    for _ in range(30):
+        cost.observe(1, 0.035)
+    for _ in range(2):
+        for n, s in truth.items():
+            cost.observe(n, s)
+    assert cost(32) == pytest.approx(0.230 + (0.230 - 0.145) / 8 * 16)  # measured: 0.391
 
 
 def test_allocate_drafts_long_when_tokens_are_cheap_and_not_at_all_when_not() -> None:

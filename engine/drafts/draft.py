@@ -195,7 +195,20 @@ class StepCost:
             edge = sizes[0]
             line = self.table[edge] + per_token * (n - edge)
             return min(self.table[edge], max(line, self.table[edge] * n / edge))
-        return self.table[sizes[-1]] + per_token * (n - sizes[-1])  # the line, from the top
+        return self.table[sizes[-1]] + self._top_slope(per_token) * (n - sizes[-1])
+
+    def _top_slope(self, fitted: float) -> float:
+        """Seconds per token past the largest size seen: the slope between it and the
+        largest size at most half as big (the fitted line leans on the many one-token
+        steps, whose matrix-vector path makes a second token look far dearer than the
+        32nd; too dear a guess and larger drafts are never tried, so never measured)."""
+        sizes = self.sizes
+        top = sizes[-1]
+        below = [s for s in sizes if 2 * s <= top] or sizes[:1]
+        if below[-1] == top:
+            return fitted
+        local = (self.table[top] - self.table[below[-1]]) / (top - below[-1])
+        return local if local > 0 else fitted
 
 
 def default_cost(n: int) -> float:
