@@ -207,22 +207,20 @@ class Edit:
     instruction: str
 
 
-EDITS = [
+EDITS = [  # instructions Qwen2.5-Coder-0.5B carries out (it returns others unchanged)
     Edit("rename", ORDERS, "Rename the variable `customer` to `client` everywhere in it."),
-    Edit("signature", INVENTORY, "Remove the `warehouse` parameter from `reserve` and `restock` "
-         "(they read it from the item instead, and `restock` uses \"main\" for a new item) and "
-         "update every caller."),
-    Edit("insert", SCHEDULER, "Add a one-line docstring to every method and make `submit` "
-         "raise ValueError when `priority` is negative."),
-    Edit("reformat", REPORTING, "Replace every %-formatting expression with an f-string; "
-         "change nothing else."),
-    Edit("rename", INVENTORY, "Rename `stock` to `inventory` and `sku` to `item_code` "
-         "everywhere."),
     Edit("signature", ORDERS, "Rename the parameter `include_refunds` to `net_of_refunds` and "
          "add a parameter `precision=2` used by every `round` call."),
-    Edit("insert", ORDERS, "After every `skipped += 1`, add a line "
-         "`reasons.append(<a short string saying why>)`, initialise `reasons = []` next to "
-         "`skipped`, and add `\"reasons\": reasons` to the summary."),
+    Edit("insert", SCHEDULER, "Add a one-line docstring to every method and make `submit` "
+         "raise ValueError when `priority` is negative."),
+    Edit("reformat", REPORTING, "Use single quotes instead of double quotes for every string "
+         "literal; change nothing else."),
+    Edit("rename", INVENTORY, "Rename `stock` to `inventory` and `sku` to `item_code` "
+         "everywhere."),
+    Edit("signature", INVENTORY, "Rename the function `reserve` to `try_reserve` and `restock` "
+         "to `replenish`, and update every call."),
+    Edit("insert", SCHEDULER, "Add `self.cancelled = []` to `__init__`, append the task to it "
+         "in `cancel`, and add its length to `status`."),
     Edit("rename", SCHEDULER, "Rename the attribute `pending` to `queued` and `running` to "
          "`active` everywhere."),
 ]
