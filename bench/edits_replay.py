@@ -29,6 +29,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from edit_corpus import EDITS, first_of_each_kind, messages  # noqa: E402
 from engine.drafts.draft import (  # noqa: E402
+    ALIGN,
     GROWN_MAX,
     DraftLimit,
     DraftState,
@@ -40,6 +41,7 @@ from engine.drafts.draft import (  # noqa: E402
 )
 from fetch_models import model_path  # noqa: E402
 
+FLOOR = 16
 SYSTEM = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
 
 
@@ -54,7 +56,7 @@ def replay(prompt: list[int], answer: list[int], k_max: int, max_ngram: int,
     steps taken so far (``default_cost`` until it is ready); each step costs ``cost``."""
     learned = StepCost()
     lookup = PromptLookup(max_ngram)
-    s = DraftState(limit=DraftLimit(k_max, GROWN_MAX))
+    s = DraftState(limit=DraftLimit(k_max, GROWN_MAX, floor=min(k_max, ALIGN)))
     pos, seconds, steps = 1, cost(len(prompt)) * 0, 0  # the first token comes from prefill
     drafted = accepted = 0
     kinds: Counter[str] = Counter()

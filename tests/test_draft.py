@@ -227,11 +227,13 @@ def test_draft_limit_grows_past_the_configured_maximum_while_whole_drafts_are_ac
     for _ in range(5):
         limit.observe(limit.limit, limit.limit, limit.limit + 1)
     assert limit.limit == 64  # capped
-    limit.observe(64, 10, 11)  # rejected part-way: halve
+    limit.observe(64, 30, 31)  # rejected far in: half
     assert limit.limit == 32
+    limit.observe(30, 6, 7)  # rejected early: twice what was right
+    assert limit.limit == 12
     for _ in range(5):
         limit.observe(limit.limit, 0, 1)
-    assert limit.limit == 8  # never below the configured maximum
+    assert limit.limit == 8  # never below the configured maximum (the default floor)
     limit.observe(8, 3, 3)  # the request stopped on a drafted token: not a miss
     assert limit.limit == 8
 
@@ -242,6 +244,12 @@ def test_draft_state_feeds_the_limit_and_a_configured_maximum_above_top_stays() 
     s.verified([1, 2, 3, 4], [1, 2, 3, 4, 5])
     assert s.limit is not None and s.limit.limit == 8
     assert DraftLimit(base=100, top=64).limit == 100  # top never below the configured one
+    start_short = DraftLimit(base=64, top=64, floor=8)  # the engine's default: after a miss,
+    start_short.observe(40, 0, 1)  # start short and grow back while the copy holds
+    assert start_short.limit == 8
+    start_short.observe(7, 7, 8)
+    start_short.observe(15, 15, 16)
+    assert start_short.limit == 32
 
 
 def test_a_rename_into_two_tokens_is_learned_and_applied_to_later_occurrences() -> None:

@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 from engine.config import ModelConfig
 from engine.drafts.draft import (
+    ALIGN,
     GROWN_MAX,
     DraftLimit,
     DraftState,
@@ -84,8 +85,8 @@ class Drafting:
         chances = []
         for r in decoding:
             if r.draft_state is None:
-                r.draft_state = DraftState(
-                    limit=DraftLimit(k_max, GROWN_MAX) if self.grow else None)
+                r.draft_state = DraftState(limit=DraftLimit(
+                    k_max, GROWN_MAX, floor=min(k_max, ALIGN)) if self.grow else None)
             s = r.draft_state
             longest = k_max if s.limit is None else s.limit.limit
             room = max(0, min(longest, r.max_new_tokens - len(r.output) - 1))
