@@ -194,10 +194,10 @@ class StepCost:
         fixed, per_token = self.fit() or (0.0, 1.0)
         if not sizes:
             return fixed + per_token * n
-        if i == 0:  # below the smallest size: no dearer than it, no cheaper per token
-            edge = sizes[0]
-            line = self.table[edge] + per_token * (n - edge)
-            return min(self.table[edge], max(line, self.table[edge] * n / edge))
+        if i == 0:  # below the smallest size: its cost per token (optimistic, so a
+            # plain step gets tried and measured when drafting has crowded it out; the
+            # line would put one token at 2.3 times its cost here, drafts always winning)
+            return self.table[sizes[0]] * n / sizes[0]
         return self.table[sizes[-1]] + self._top_slope(per_token) * (n - sizes[-1])
 
     def _top_slope(self, fitted: float) -> float:
