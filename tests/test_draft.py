@@ -310,3 +310,15 @@ def test_after_an_inserted_line_the_copy_resumes_where_the_model_left_the_source
     # back in the source where each insertion ended (the model said 50 / 60, then the copy
     # goes on), not at an earlier "method" that also starts with 3
     assert (14, [51, 52, 3]) in resumed and (23, [61, 62, 3]) in resumed
+
+
+def test_a_plain_step_never_measured_is_priced_optimistically_so_it_gets_tried() -> None:
+    """Drafting every step, the engine never measures a one-token step; priced from the
+    line it looked 2.3 times dearer than it is and drafts of 15% chance still won."""
+    cost = StepCost()
+    for _ in range(3):
+        for n, s in ((3, 0.104), (4, 0.085), (6, 0.110), (16, 0.230)):
+            cost.observe(n, s)
+    assert cost(1) == pytest.approx(0.104 / 3)
+    doubtful = [0.15 * 0.95 ** i for i in range(3)]
+    assert allocate([doubtful], 1, 64, cost) == [0]  # no draft: the plain step wins
