@@ -313,6 +313,11 @@ class Runner:
             raise RuntimeError("llama.cpp could not apply the LoRA adapters")
         self._applied = adapters
 
+    @property
+    def recurrent(self) -> bool:
+        """Recurrent or hybrid memory: rolling back a draft needs a kept snapshot."""
+        return bool(L.llama_model_is_recurrent(self.model) or L.llama_model_is_hybrid(self.model))
+
     def kv_bytes(self) -> int:
         """About what the KV cache of this context takes (for the model registry's limits)."""
         n_layer = int(L.llama_model_n_layer(self.model))

@@ -7,16 +7,16 @@ import pytest
 from engine.drafts.draft import (
     ALIGN,
     Acceptance,
+    DraftLimit,
     DraftState,
-    NgramIndex,
     PromptLookup,
-    Proposal,
     StepCost,
     accepted_count,
     allocate,
     default_cost,
     verify,
 )
+from engine.drafts.ngram_index import NgramIndex, Proposal
 
 
 def test_ngram_index_proposes_the_continuation_of_the_latest_earlier_occurrence() -> None:
@@ -68,7 +68,7 @@ def test_copy_cursor_follows_an_edit_and_learns_the_rename() -> None:
     done += n
     p, n = copy_step(idx, truth, done, 5)  # the model said 60 for 50: skip 50 and go on
     assert p.kind == "substitute" and p.tokens == [14, 15, 16, 17, 18] and n == 6
-    assert idx.replacements == {50: 60}  # confirmed: the copy went on after it
+    assert idx.replacements.table == {(50,): (60,)}  # confirmed: the copy went on after it
     done += n
     p, n = copy_step(idx, truth, done, 16)  # the rest: the third 50 is proposed as 60
     assert p.kind == "cursor" and p.tokens[:6] == [19, 20, 21, 60, 22, 23]
@@ -77,11 +77,11 @@ def test_copy_cursor_follows_an_edit_and_learns_the_rename() -> None:
 
 def test_a_wrong_replacement_is_forgotten_when_the_model_keeps_the_original() -> None:
     idx = NgramIndex(max_n=2)
-    idx.replacements[50] = 60
+    idx.replacements.add((50,), (60,))
     idx.extend([*SOURCE, 1, 10, 11])
     truth = [*SOURCE, 2]  # no rename after all
     p, _ = copy_step(idx, truth, 2, 8)
-    assert p.tokens[2] == 60 and idx.missed and idx.replacements == {}
+    assert p.tokens[2] == 60 and idx.missed and not idx.replacements
 
 
 def test_the_cursor_is_dropped_after_repeated_misses() -> None:
@@ -140,8 +140,19 @@ def test_step_cost_table_interpolation_and_fit() -> None:
     for n, s in truth.items():
         assert cost(n) == pytest.approx(s)
     assert cost(40) == pytest.approx(0.21 + (0.45 - 0.21) * 23 / 47)  # between 17 and 64
-    _, per_token = cost.fit() or (0.0, 0.0)
-    assert cost(128) == pytest.approx(0.45 + per_token * 64) and per_token > 0
+    # past the top: the slope from the largest size at most half as big (17 -> 64)
+    assert cost(128) == pytest.approx(0.45 + (0.45 - 0.21) / 47 * 64)
+
+
+def test_step_cost_past_the_top_follows_the_large_sizes_not_the_one_token_steps() -> None:
+    cost = StepCost()  # measured on the 2-core CPU: a second token costs more than a step
+    truth = {1: 0.035, 2: 0.073, 4: 0.085, 8: 0.145, 16: 0.230}
+    for _ in range(30):
+        cost.observe(1, 0.035)
+    for _ in range(2):
+        for n, s in truth.items():
+            cost.observe(n, s)
+    assert cost(32) == pytest.approx(0.230 + (0.230 - 0.145) / 8 * 16)  # measured: 0.391
 
 
 def test_allocate_drafts_long_when_tokens_are_cheap_and_not_at_all_when_not() -> None:
@@ -196,7 +207,7 @@ def test_a_replacement_seen_before_a_step_without_drafts_is_still_learned() -> N
     idx.extend(truth[done:done + 1])
     done += 1
     p, n = copy_step(idx, truth, done, 4)  # back in step with the source
-    assert n == 5 and idx.replacements == {50: 60}
+    assert n == 5 and idx.replacements.table == {(50,): (60,)}
 
 
 def test_a_request_stopping_on_a_drafted_token_is_not_a_miss() -> None:
@@ -204,4 +215,110 @@ def test_a_request_stopping_on_a_drafted_token_is_not_a_miss() -> None:
     idx.extend([*SOURCE, 1, 10, 11])
     p = idx.propose(6)  # 12, 13, 50, 14, ...
     idx.follow(p, 6, 2, [12, 13])  # end of text right after 13
-    assert not idx.missed and idx.pending is None
+    assert not idx.missed and idx.miss is None and idx.aligned and idx.cursor == 4
+
+
+def test_draft_limit_grows_past_the_configured_maximum_while_whole_drafts_are_accepted() -> None:
+    limit = DraftLimit(base=8, top=64)
+    limit.observe(7, 7, 8)  # a whole draft near the limit (7 + 1 tokens: aligned): double
+    assert limit.limit == 16
+    limit.observe(8, 8, 9)  # a whole draft of half the limit (sized down): no evidence
+    assert limit.limit == 16
+    for _ in range(5):
+        limit.observe(limit.limit, limit.limit, limit.limit + 1)
+    assert limit.limit == 64  # capped
+    limit.observe(64, 30, 31)  # rejected far in: half
+    assert limit.limit == 32
+    limit.observe(30, 6, 7)  # rejected early: twice what was right
+    assert limit.limit == 12
+    for _ in range(5):
+        limit.observe(limit.limit, 0, 1)
+    assert limit.limit == 8  # never below the configured maximum (the default floor)
+    limit.observe(8, 3, 3)  # the request stopped on a drafted token: not a miss
+    assert limit.limit == 8
+
+
+def test_draft_state_feeds_the_limit_and_a_configured_maximum_above_top_stays() -> None:
+    s = DraftState(limit=DraftLimit(base=4, top=64))
+    s.proposal = Proposal([1, 2, 3, 4], "cursor", 0)
+    s.verified([1, 2, 3, 4], [1, 2, 3, 4, 5])
+    assert s.limit is not None and s.limit.limit == 8
+    assert DraftLimit(base=100, top=64).limit == 100  # top never below the configured one
+    start_short = DraftLimit(base=64, top=64, floor=8)  # the engine's default: after a miss,
+    start_short.observe(40, 0, 1)  # start short and grow back while the copy holds
+    assert start_short.limit == 8
+    start_short.observe(7, 7, 8)
+    start_short.observe(15, 15, 16)
+    assert start_short.limit == 32
+
+
+def test_a_rename_into_two_tokens_is_learned_and_applied_to_later_occurrences() -> None:
+    """50 -> (60, 61): one token of the source became two (a longer identifier)."""
+    truth = [u for t in SOURCE for u in ((60, 61) if t == 50 else (t,))] + [2]
+    idx = NgramIndex(max_n=3)
+    idx.extend([*SOURCE, 1, 10, 11])
+    done, proposals = 2, []
+    while done < len(truth):
+        p, n = copy_step(idx, truth, done, 8)
+        proposals.append(p.tokens)
+        done += n
+    assert idx.replacements.table == {(50,): (60, 61)}
+    assert [21, 60, 61, 22, 23] in [p[i:i + 5] for p in proposals for i in range(len(p))]
+
+
+def test_a_removed_argument_is_learned_as_a_deletion_and_dropped_when_contradicted() -> None:
+    source = [7, 8, 10, 11, 30, 31, 12, 13, 14, 15, 16, 17, 10, 11, 30, 31, 12, 18, 19, 20, 21,
+              22, 10, 11, 30, 31, 12, 23]
+    idx = NgramIndex(max_n=3)
+    idx.extend([*source, *range(100, 140), 7, 8])  # the file, the instruction, the answer
+    truth = [7, 8, 10, 11, 12, 13, 14, 15, 16, 17, 10, 11, 12, 18, 19, 20, 21, 22,
+             10, 11, 30, 31, 12, 23, 2]  # (30, 31) removed twice, then kept
+    done, learned = 2, False
+    while done < len(truth):
+        _, n = copy_step(idx, truth, done, 8)
+        learned = learned or idx.replacements.table == {(30, 31): ()}
+        done += n
+    assert learned and not idx.replacements  # dropped where the model kept the original
+
+
+def test_proposal_ends_map_tokens_to_source_positions_through_replacements() -> None:
+    idx = NgramIndex(max_n=2)
+    idx.extend([5, 6, 7, 8, 9])
+    idx.replacements.add((6, 7), (60,))
+    idx.replacements.add((8,), (80, 81))
+    p = idx._copy(0, 8, "cursor")
+    assert p.tokens == [5, 60, 80, 81, 9]
+    assert p.ends == [1, 3, -1, 4, 5]  # inside (80, 81): no source position yet
+    assert [i for i, _, _ in p.swaps] == [1, 2]
+
+
+def test_after_an_inserted_line_the_copy_resumes_where_the_model_left_the_source() -> None:
+    """Each "method" (5, 6, body) gets a new line (7, 8x, 9) after its header; the inserted
+    tokens appear nowhere in the source, and the indentation-like token 3 is everywhere."""
+    source = [1, 5, 6, 3, 40, 41, 42, 3, 43, 44, 5, 6, 3, 50, 51, 52, 3, 53, 54,
+              5, 6, 3, 60, 61, 62, 3, 63, 64]
+    truth = [1, 5, 6, 3, 7, 80, 9, 3, 40, 41, 42, 3, 43, 44, 5, 6, 3, 7, 81, 9, 3, 50, 51, 52, 3,
+             53, 54, 5, 6, 3, 7, 82, 9, 3, 60, 61, 62, 3, 63, 64, 2]
+    idx = NgramIndex(max_n=3)
+    idx.extend([*source, *range(100, 140), 1, 5])
+    done, resumed = 2, []
+    while done < len(truth):
+        p, n = copy_step(idx, truth, done, 8)
+        if p.kind == "anchor":
+            resumed.append((p.src, p.tokens[:3]))
+        done += n
+    # back in the source where each insertion ended (the model said 50 / 60, then the copy
+    # goes on), not at an earlier "method" that also starts with 3
+    assert (14, [51, 52, 3]) in resumed and (23, [61, 62, 3]) in resumed
+
+
+def test_a_plain_step_never_measured_is_priced_optimistically_so_it_gets_tried() -> None:
+    """Drafting every step, the engine never measures a one-token step; priced from the
+    line it looked 2.3 times dearer than it is and drafts of 15% chance still won."""
+    cost = StepCost()
+    for _ in range(3):
+        for n, s in ((3, 0.104), (4, 0.085), (6, 0.110), (16, 0.230)):
+            cost.observe(n, s)
+    assert cost(1) == pytest.approx(0.104 / 3)
+    doubtful = [0.15 * 0.95 ** i for i in range(3)]
+    assert allocate([doubtful], 1, 64, cost) == [0]  # no draft: the plain step wins

@@ -7,13 +7,9 @@ the output is what the model would have produced token by token: greedy stays
 greedy, a seeded sampler draws exactly as many times, grammars and penalties see the
 same tokens. Rejected positions are removed from the KV.
 
-``NgramIndex`` proposes for prompt lookup. It follows a *copy cursor*: while a
-sequence is re-emitting earlier text (a file it was shown, with edits), the next
-proposal continues from where the last accepted one left off, resynchronising on
-the nearest occurrence of the trailing n-gram after an edit, so a renamed variable
-costs one missed draft instead of a detour through unrelated matches. Otherwise it
-proposes what followed the most recent earlier occurrence of the longest trailing
-n-gram.
+``NgramIndex`` (``engine.drafts.ngram_index``) proposes for prompt lookup: a copy
+cursor through text the model re-emits, re-anchored after each change, with the
+changes learned as replacements for later occurrences.
 
 ``Acceptance`` learns, per sequence, how likely the first token of a proposal is to
 be accepted (per kind of proposal: cursor, fresh n-gram of length n, draft model)
@@ -29,123 +25,18 @@ import bisect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from engine.drafts.ngram_index import NgramIndex, Proposal
+
 # chance that the first token of a proposal is accepted, before any evidence
-FIRST_PRIOR = {"cursor": 0.8, "substitute": 0.4, "ngram3": 0.6, "ngram2": 0.4,
+FIRST_PRIOR = {"cursor": 0.8, "anchor": 0.6, "substitute": 0.4, "ngram3": 0.6, "ngram2": 0.4,
                "ngram1": 0.25, "model": 0.7, "mtp": 0.7}
 PRIOR_WEIGHT = 2.0  # in proposals' worth of evidence
 RUN_PRIOR = (19.0, 1.0)  # accepted / missed follow-on tokens: 0.95 before evidence
 EXPLORE = 0.5  # optimism bonus EXPLORE / (1 + tries): little evidence, try anyway
 DECAY = 0.8  # per draft: recent drafts count most
 IDLE_DECAY = 0.98  # per token generated without a draft: evidence fades back to the prior
-CURSOR_BEHIND, CURSOR_AHEAD = 4, 32  # resynchronisation window around the copy cursor
 ALIGN = 8  # drafted steps hold a multiple of this many tokens (see allocate)
-CURSOR_STRIKES = 2  # drafts missed at their first token before the cursor is dropped
-
-
-@dataclass
-class Proposal:
-    tokens: list[int]
-    kind: str  # a FIRST_PRIOR key
-    src: int = -1  # prompt lookup: history position tokens[0] was copied from
-
-
-@dataclass
-class NgramIndex:
-    """Every end position of every n-gram (n = 1..max_n) in a token history, and the
-    copy cursor."""
-
-    max_n: int
-    history: list[int] = field(default_factory=list)
-    ends: list[dict[int, list[int]]] = field(default_factory=list)  # n-gram hash -> ends
-    cursor: int = -1  # history position expected to be copied next
-    strikes: int = 0
-    missed: bool = False  # the last draft was rejected part-way
-    replacements: dict[int, int] = field(default_factory=dict)  # source token -> said
-    pending: tuple[int, int] | None = None  # a replacement seen once, not yet confirmed
-
-    def __post_init__(self) -> None:
-        self.ends = [{} for _ in range(self.max_n + 1)]
-
-    def extend(self, tokens: Sequence[int]) -> None:
-        h = self.history
-        for token in tokens:
-            h.append(token)
-            end = len(h)
-            for n in range(1, min(self.max_n, end) + 1):
-                self.ends[n].setdefault(hash(tuple(h[end - n:end])), []).append(end)
-
-    def _near_cursor(self, ends: list[int], end: int) -> int:
-        """The occurrence closest to the cursor inside its window, or -1."""
-        lo, hi = self.cursor - CURSOR_BEHIND, min(self.cursor + CURSOR_AHEAD, end - 1)
-        i = bisect.bisect_left(ends, self.cursor)
-        best = -1
-        for j in (i - 1, i):
-            if 0 <= j < len(ends) and lo <= ends[j] <= hi and (
-                    best < 0 or abs(ends[j] - self.cursor) < abs(best - self.cursor)):
-                best = ends[j]
-        return best
-
-    def _copy(self, start: int, k: int) -> list[int]:
-        """``k`` tokens from ``start`` with the learned replacements applied."""
-        tokens = self.history[start:start + k]
-        subs = self.replacements
-        return [subs.get(t, t) for t in tokens] if subs else tokens
-
-    def propose(self, k: int) -> Proposal:
-        h = self.history
-        end = len(h)
-        longest = min(self.max_n, end)
-        cur = self.cursor
-        if 0 < cur < end:
-            last = h[cur - 1]
-            if self.replacements.get(last, last) == h[-1]:  # still in step with the source
-                return Proposal(self._copy(cur, k), "substitute" if self.missed else "cursor",
-                                cur)
-        # where each trailing n-gram (longest first) occurred
-        occurrences = [(n, self.ends[n].get(hash(tuple(h[end - n:end])), []))
-                       for n in range(longest, 0, -1)]
-        if 0 < cur < end:
-            for _, ends in occurrences:
-                start = self._near_cursor(ends, end)
-                if start >= 0:
-                    return Proposal(self._copy(start, k), "cursor", start)
-            if self.missed:  # the model replaced a token: skip it
-                return Proposal(self._copy(cur, k), "substitute", cur)
-        for n, ends in occurrences:
-            if len(ends) >= 2:  # the last one is the trailing n-gram itself
-                start = ends[-2]
-                return Proposal(self._copy(start, k), f"ngram{min(n, 3)}", start)
-        return Proposal([], "ngram1")
-
-    def follow(self, p: Proposal, proposed: int, accepted: int, tokens: Sequence[int]) -> None:
-        """Move the cursor after a step that drafted ``proposed`` tokens of ``p`` and
-        emitted ``tokens``, and learn replacements: a source token the model replaced by
-        another, after which the copy went on (a renamed identifier), is replaced in
-        later proposals until the model keeps the original again."""
-        # a miss: the model said something else (not: the request stopped on a drafted token)
-        self.missed = proposed > 0 and accepted < min(proposed, len(tokens))
-        if proposed and self.pending is not None:  # the first draft since: confirm or drop
-            if p.kind in ("substitute", "cursor") and accepted >= 2:
-                source, said = self.pending
-                self.replacements[source] = said
-            self.pending = None
-        if self.missed and p.src >= 0 and p.src + accepted < len(self.history):
-            source, said = self.history[p.src + accepted], tokens[accepted]
-            if said == source:
-                self.replacements.pop(source, None)
-            else:
-                self.pending = (source, said)
-        if not proposed:
-            if self.cursor >= 0:
-                self.cursor += len(tokens)
-        elif accepted and p.src >= 0:
-            self.cursor, self.strikes = p.src + accepted + 1, 0
-        elif self.cursor >= 0 and self.strikes < CURSOR_STRIKES:
-            # missed at the first token: assume it replaced the one it was drafted from
-            self.cursor = (p.src if p.src >= 0 else self.cursor) + len(tokens)
-            self.strikes += 1
-        else:
-            self.cursor = -1
+GROWN_MAX = 64  # prompt lookup: the longest a draft grows to past a smaller configured maximum
 
 
 @dataclass
@@ -187,6 +78,36 @@ class Acceptance:
 
 
 @dataclass
+class DraftLimit:
+    """The longest draft a sequence may propose. It starts at the configured maximum
+    ``base``; a draft accepted whole that used more than half the limit doubles it (up to
+    ``top``, also past ``base``), since a copy that long is likely to go on; a rejected
+    draft sets it to twice what the draft got right, between ``floor`` and half the
+    limit: after a change the copy starts short again and grows while it holds (on this
+    CPU a rejected 40-token draft costs as much as 13 plain steps). ``allocate`` still
+    picks the length under it by expected tokens per second."""
+
+    base: int
+    top: int
+    limit: int = 0
+    floor: int = 0  # after a miss: at most this, or twice what the draft got right
+
+    def __post_init__(self) -> None:
+        self.top = max(self.top, self.base)
+        self.limit = self.limit or self.base
+        self.floor = self.floor or self.base
+
+    def observe(self, proposed: int, accepted: int, emitted: int) -> None:
+        """After a draft of ``proposed`` tokens, ``accepted`` of them, ``emitted`` tokens
+        out (fewer than the draft when the request stopped on a drafted token)."""
+        if accepted >= proposed and 2 * proposed > self.limit:  # (sized to the step's
+            # alignment, a draft rarely reaches the limit itself)
+            self.limit = min(self.top, 2 * self.limit)
+        elif accepted < min(proposed, emitted):  # the model said something else
+            self.limit = max(self.floor, min(self.limit // 2, 2 * accepted))
+
+
+@dataclass
 class DraftState:
     """Per-sequence drafting state, owned by the engine thread."""
 
@@ -194,6 +115,7 @@ class DraftState:
     synced: int = 0  # tokens of prompt + output already in the index
     acceptance: Acceptance = field(default_factory=Acceptance)
     proposal: Proposal | None = None  # this step's, before sizing
+    limit: DraftLimit | None = None  # adaptive longest draft (prompt lookup)
 
     def verified(self, draft: Sequence[int], tokens: Sequence[int]) -> None:
         """After a step that drafted ``draft`` and emitted ``tokens`` (the accepted ones
@@ -202,6 +124,8 @@ class DraftState:
         proposed, accepted = len(draft), accepted_count(draft, tokens)
         if proposed and p is not None:
             self.acceptance.observe(p.kind, proposed, accepted)
+            if self.limit is not None:
+                self.limit.observe(proposed, accepted, len(tokens))
         else:
             self.acceptance.rest(len(tokens))
         if self.index is not None and p is not None:
@@ -270,11 +194,24 @@ class StepCost:
         fixed, per_token = self.fit() or (0.0, 1.0)
         if not sizes:
             return fixed + per_token * n
-        if i == 0:  # below the smallest size: no dearer than it, no cheaper per token
-            edge = sizes[0]
-            line = self.table[edge] + per_token * (n - edge)
-            return min(self.table[edge], max(line, self.table[edge] * n / edge))
-        return self.table[sizes[-1]] + per_token * (n - sizes[-1])  # the line, from the top
+        if i == 0:  # below the smallest size: its cost per token (optimistic, so a
+            # plain step gets tried and measured when drafting has crowded it out; the
+            # line would put one token at 2.3 times its cost here, drafts always winning)
+            return self.table[sizes[0]] * n / sizes[0]
+        return self.table[sizes[-1]] + self._top_slope(per_token) * (n - sizes[-1])
+
+    def _top_slope(self, fitted: float) -> float:
+        """Seconds per token past the largest size seen: the slope between it and the
+        largest size at most half as big (the fitted line leans on the many one-token
+        steps, whose matrix-vector path makes a second token look far dearer than the
+        32nd; too dear a guess and larger drafts are never tried, so never measured)."""
+        sizes = self.sizes
+        top = sizes[-1]
+        below = [s for s in sizes if 2 * s <= top] or sizes[:1]
+        if below[-1] == top:
+            return fitted
+        local = (self.table[top] - self.table[below[-1]]) / (top - below[-1])
+        return local if local > 0 else fitted
 
 
 def default_cost(n: int) -> float:

@@ -16,9 +16,11 @@ from collections.abc import Callable
 
 from engine.config import ModelConfig
 from engine.drafts.draft import (
+    ALIGN,
+    GROWN_MAX,
+    DraftLimit,
     DraftState,
     PromptLookup,
-    Proposal,
     StepCost,
     accepted_count,
     allocate,
@@ -27,6 +29,7 @@ from engine.drafts.draft import (
 from engine.drafts.draft_model import DraftModel
 from engine.drafts.mtp import MtpDrafter
 from engine.drafts.mtp_runner import LlamaMtp, mtp_layers
+from engine.drafts.ngram_index import Proposal
 from engine.metrics import EngineMetrics
 from engine.request import Request
 from engine.runner import ModelLoadError, Runner
@@ -48,6 +51,9 @@ class Drafting:
         self.step_cost = StepCost()
         self.draft_token_seconds = 0.0  # draft model: its time per drafted token (EMA)
         self.sync_token_seconds = 0.0  # draft model: its time per token caught up on (EMA)
+        # prompt lookup drafts past a small configured maximum while whole drafts are
+        # accepted; not on recurrent state, which keeps only k_max snapshots to roll back
+        self.grow = cfg.draft_model == "prompt-lookup-decoding" and not runner.recurrent
         if cfg.draft_model == "prompt-lookup-decoding":
             self.lookup = PromptLookup(cfg.draft_model_max_ngram_size)
         elif cfg.draft_model == "draft-model":
@@ -79,9 +85,11 @@ class Drafting:
         chances = []
         for r in decoding:
             if r.draft_state is None:
-                r.draft_state = DraftState()
+                r.draft_state = DraftState(limit=DraftLimit(
+                    k_max, GROWN_MAX, floor=min(k_max, ALIGN)) if self.grow else None)
             s = r.draft_state
-            room = max(0, min(k_max, r.max_new_tokens - len(r.output) - 1))
+            longest = k_max if s.limit is None else s.limit.limit
+            room = max(0, min(longest, r.max_new_tokens - len(r.output) - 1))
             if self.lookup is not None:
                 s.proposal = self.lookup.propose(r.prompt, r.output, s, room)
                 n = len(s.proposal.tokens)
