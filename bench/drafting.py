@@ -31,53 +31,11 @@ sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from conftest import qwen_config, start_server  # noqa: E402
+from edit_corpus import ORDERS_REPORT  # noqa: E402
 from fetch_models import model_path  # noqa: E402
 from report import report  # noqa: E402
 
-FUNCTION = '''def summarize_orders(orders, currency="EUR", include_refunds=False):
-    """Aggregate a list of order dicts into per-customer totals."""
-    totals = {}
-    counts = {}
-    refunds = {}
-    skipped = 0
-    for order in orders:
-        customer = order.get("customer")
-        if customer is None:
-            skipped += 1
-            continue
-        amount = order.get("amount", 0.0)
-        if order.get("currency", currency) != currency:
-            rate = order.get("rate")
-            if rate is None:
-                skipped += 1
-                continue
-            amount = amount * rate
-        status = order.get("status", "paid")
-        if status == "refunded":
-            refunds[customer] = refunds.get(customer, 0.0) + amount
-            if not include_refunds:
-                continue
-            amount = -amount
-        elif status == "cancelled":
-            skipped += 1
-            continue
-        totals[customer] = totals.get(customer, 0.0) + amount
-        counts[customer] = counts.get(customer, 0) + 1
-    report = []
-    for customer in sorted(totals):
-        total = round(totals[customer], 2)
-        count = counts[customer]
-        average = round(total / count, 2) if count else 0.0
-        refunded = round(refunds.get(customer, 0.0), 2)
-        report.append({
-            "customer": customer,
-            "total": total,
-            "orders": count,
-            "average": average,
-            "refunded": refunded,
-            "currency": currency,
-        })
-    largest = None
+FUNCTION = ORDERS_REPORT + '''    largest = None
     for row in report:
         if largest is None or row["total"] > largest["total"]:
             largest = row

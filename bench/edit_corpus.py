@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-ORDERS = '''def summarize_orders(orders, currency="EUR", include_refunds=False):
+# the report-building part of the function bench/drafting.py edits too
+ORDERS_REPORT = '''def summarize_orders(orders, currency="EUR", include_refunds=False):
     """Aggregate a list of order dicts into per-customer totals."""
     totals = {}
     counts = {}
@@ -53,7 +54,8 @@ ORDERS = '''def summarize_orders(orders, currency="EUR", include_refunds=False):
             "refunded": refunded,
             "currency": currency,
         })
-    summary = {
+'''
+ORDERS = ORDERS_REPORT + '''    summary = {
         "customers": len(report),
         "skipped": skipped,
         "grand_total": round(sum(row["total"] for row in report), 2),
