@@ -233,7 +233,7 @@ def main() -> None:
     ap.add_argument("--words", type=int, default=1200, help="system prompt size (~2,000 tokens)")
     ap.add_argument("--llamaserve", default="split",
                     help="llamaserve variants, comma-separated: split (kv_unified false), "
-                         "unified")
+                         "unified, budget (split with the default prefill_step_target)")
     args = ap.parse_args()
     system = system_prompt(args.words)
     results: dict[str, dict[str, Any]] = {}
@@ -244,7 +244,10 @@ def main() -> None:
             # agent settings on a CPU (README "Agent workloads"): a KV stream per sequence
             # (attention spans only its own cells) and full prefill chunks (time to first
             # token over other streams' inter-token latency)
-            extra = {"kv_unified": variant == "unified", "prefill_step_target": 0}
+            extra: dict[str, Any] = {"kv_unified": variant == "unified",
+                                     "prefill_step_target": 0}
+            if variant == "budget":
+                del extra["prefill_step_target"]
             name = "llamaserve" if variant == "split" else f"llamaserve ({variant})"
             servers.append((name, lambda port, extra=extra: start_llamaserve(
                 args.model, args.n_seq, args.threads, port, tmp, extra)))
@@ -286,10 +289,12 @@ def main() -> None:
                      "prefill ms/token": round(run["cost"] * 1000, 2),
                      "compute floor s": round(evaluated * run["cost"], 1),
                      "busy s": round(run.get("engine", {}).get("step_seconds_sum", 0), 1)})
-    if len(rows) == 2:
-        rows.append({"server": "ratio", **{k: round(float(rows[0][k]) / max(float(rows[1][k]),  # type: ignore[arg-type]
-                                                                           1e-9), 2)
-                                           for k in ("mean TTFT s", "p90 TTFT s", "total s")}})
+    base = next((row for row in rows if row["server"] == "llama-server"), None)
+    if base is not None:  # each llamaserve variant over llama-server
+        for row in [row for row in rows if row is not base]:
+            rows.append({"server": f"ratio {row['server']}", **{
+                k: round(float(row[k]) / max(float(base[k]), 1e-9), 2)  # type: ignore[arg-type]
+                for k in ("mean TTFT s", "p90 TTFT s", "total s")}})
     per_turn = {name: [round(statistics.mean(r["ttft"] for r in run["records"]
                                              if r["turn"] == t), 2)
                        for t in range(args.turns)] for name, run in results.items()}

@@ -3,7 +3,7 @@
 Generates ``--tokens`` tokens for bench/structured.py's prompt with each sampler (no grammar;
 the json_schema grammar; the forced tool-call grammar), once with the grammar checked on
 every candidate (llama.cpp's grammar sampler first in the chain, the old path) and once on
-the best candidates first (``engine.grammar_sampling``), and reports decode and sampling
+the best candidates first (``engine.sampling.grammar_plan``), and reports decode and sampling
 milliseconds per token, how many steps needed the full check, and whether both paths gave
 the same tokens (same seed).
 
@@ -28,7 +28,8 @@ from structured import PROMPT, SCHEMA, TOOL  # noqa: E402
 from engine.config import ModelConfig  # noqa: E402
 from engine.grammar import json_grammar, tool_call_grammar  # noqa: E402
 from engine.request import SamplingParams  # noqa: E402
-from engine.runner import GrammarChain, Runner  # noqa: E402
+from engine.runner import Runner  # noqa: E402
+from engine.sampling.samplers import GrammarChain  # noqa: E402
 from fetch_models import model_path  # noqa: E402
 from report import report  # noqa: E402
 
@@ -87,7 +88,7 @@ def main() -> None:
                 for path_name, fast in (("all candidates", False), ("best first", True)):
                     if grammar is None and fast:
                         continue
-                    runner.grammar_fast = fast
+                    runner.samplers.grammar_fast = fast
                     tokens, dec, smp, chain = generate(runner, prompt, params, args.tokens)
                     results[path_name] = tokens
                     rows.append({

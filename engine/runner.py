@@ -22,16 +22,9 @@ import numpy as np
 from engine.backends.rpc import RpcBackend, RpcError
 from engine.backends.rpc import log as rpc_log
 from engine.config import ModelConfig
-from engine.grammar_sampling import (
-    CHECK,
-    Plan,
-    Truncation,
-    allowed_sorted,
-    greedy_choice,
-    sampling_plan,
-)
 from engine.media.spans import MediaSpan, is_media_token, span_at
 from engine.request import SamplingParams, TokenLogprob
+from engine.sampling.samplers import Samplers
 from engine.scheduler import BatchItem
 
 log = logging.getLogger("llamaserve.runner")
@@ -42,27 +35,6 @@ L: Any = llama_cpp
 KV_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8,
             "iq4_nl": 20, "bf16": 30}
 DECODE_NO_KV_SLOT = 1
-
-# llama_token_data {id, logit, p} as a numpy record, for candidate arrays built in numpy
-_TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)])
-
-
-@dataclass
-class GrammarChain:
-    """A grammar-constrained request's samplers: the chain [grammar, pre, trunc, choice]
-    kept in parts (``pre``: logit bias and penalties; ``trunc``: top_k / top_p / min_p;
-    ``choice``: greedy or temperature + dist), with how often the grammar was checked on
-    the best candidates only (``fast``) or on all of them (``full``)."""
-
-    pre: Any
-    trunc: Any
-    choice: Any
-    grammar: Any
-    truncation: Truncation
-    greedy: bool
-    fast: int = 0
-    full: int = 0
-
 
 _LOG_LEVELS = {1: logging.DEBUG, 2: logging.INFO, 3: logging.WARNING, 4: logging.ERROR}
 
@@ -189,15 +161,7 @@ class Runner:
         self.adapters: dict[str, Any] = {}  # LoRA name -> llama_adapter_lora
         self._adapter_files: dict[str, dict[str, Any]] = {}
         self._applied: tuple[tuple[str, float], ...] = ()
-        # grammar sampling (engine thread): candidate buffer made on first use
-        self._cand: Any = None
-        self._cand_ids: Any = None
-        self._cand_ptr: Any = None
-        # checked first: the best CHECK candidates, then (if they do not decide) the best
-        # 32 x CHECK, then all (bounded by the vocabulary)
-        self._checks = [(n, L.llama_sampler_init_top_k(n)) for n in (CHECK, 32 * CHECK)
-                        if n < self.n_vocab]
-        self.grammar_fast = True  # False: the grammar checks every candidate (tests, bench)
+        self.samplers = Samplers(self.vocab, self.n_vocab, self.ctx)
 
     # -- loading --------------------------------------------------------------
     def _load_model(self, path: str, cfg: ModelConfig) -> Any:
@@ -330,9 +294,7 @@ class Runner:
         return self.n_ctx * n_layer * n_head_kv * head_dim * (k + v)
 
     def close(self) -> None:
-        for _, top in self._checks:
-            L.llama_sampler_free(top)
-        self._checks = []
+        self.samplers.close()
         if self.rpc is not None and self.rpc.broken:
             # freeing buffers that live on a dead RPC server would wait on it for good
             self.ctx = self.model = None
@@ -415,200 +377,20 @@ class Runner:
             self._eog[token] = hit
         return hit
 
-    # -- sampling -----------------------------------------------------------------
+    # -- sampling (engine.sampling) -------------------------------------------------
     def new_sampler(self, p: SamplingParams, history: Sequence[int]) -> Any:
-        """The request's sampler: one llama.cpp chain, or with a grammar a ``GrammarChain``
-        (the same samplers in parts, so the grammar can check only the best candidates)."""
-        if p.grammar:
-            return self._grammar_chain(p, history)
-        chain = self._chain()
-        if p.logit_bias or p.penalized:
-            self._add_pointwise(chain, p, history)
-        self._add_choice(chain, p)
-        return chain
+        return self.samplers.new(p, history)
 
-    @staticmethod
-    def _chain() -> Any:
-        sp = L.llama_sampler_chain_default_params()
-        sp.no_perf = True
-        return L.llama_sampler_chain_init(sp)
+    def sample(self, sampler: Any, batch_index: int) -> int:
+        return self.samplers.sample(sampler, batch_index)
 
-    def _add_pointwise(self, chain: Any, p: SamplingParams, history: Sequence[int]) -> None:
-        """Logit bias and penalties: each changes a token's logit by itself (so they commute
-        with the grammar, which only sets disallowed logits to -inf)."""
-        add = L.llama_sampler_chain_add
-        if p.logit_bias:
-            arr = (L.llama_logit_bias * len(p.logit_bias))()
-            for i, (tok, bias) in enumerate(p.logit_bias):
-                arr[i].token = tok
-                arr[i].bias = bias
-            add(chain, L.llama_sampler_init_logit_bias(self.n_vocab, len(p.logit_bias), arr))
-        if p.penalized:
-            penalties = L.llama_sampler_init_penalties(
-                self.n_vocab, p.penalty_last_n, p.repeat_penalty, p.frequency_penalty,
-                p.presence_penalty)
-            for tok in history[-p.penalty_last_n:] if p.penalty_last_n > 0 else history:
-                if tok >= 0:  # the prompt counts (not its media), the grammar not
-                    L.llama_sampler_accept(penalties, tok)
-            add(chain, penalties)
-
-    @staticmethod
-    def _add_truncation(chain: Any, p: SamplingParams) -> None:
-        add = L.llama_sampler_chain_add
-        if p.top_k > 0:
-            add(chain, L.llama_sampler_init_top_k(p.top_k))
-        if p.top_p < 1.0:
-            add(chain, L.llama_sampler_init_top_p(p.top_p, 1))
-        if p.min_p > 0.0:
-            add(chain, L.llama_sampler_init_min_p(p.min_p, 1))
-
-    def _add_choice(self, chain: Any, p: SamplingParams, truncation: bool = True) -> None:
-        add = L.llama_sampler_chain_add
-        if p.greedy:
-            add(chain, L.llama_sampler_init_greedy())
-            return
-        if truncation:
-            self._add_truncation(chain, p)
-        add(chain, L.llama_sampler_init_temp(p.temperature))
-        add(chain, L.llama_sampler_init_dist(p.seed))
-
-    def _grammar_chain(self, p: SamplingParams, history: Sequence[int]) -> GrammarChain:
-        pre = None
-        if p.logit_bias or p.penalized:
-            pre = self._chain()
-            self._add_pointwise(pre, p, history)
-        trunc = None
-        if not p.greedy and (p.top_k > 0 or p.top_p < 1.0 or p.min_p > 0.0):
-            trunc = self._chain()
-            self._add_truncation(trunc, p)
-        choice = self._chain()
-        self._add_choice(choice, p, truncation=False)
-        g = GrammarChain(pre, trunc, choice, None,
-                         Truncation(p.top_k, p.top_p, p.min_p), p.greedy)
-        try:
-            g.grammar = self._grammar_sampler(p, None)
-        except ValueError:
-            self.free_sampler(g)
-            raise
-        return g
-
-    def _grammar_sampler(self, p: SamplingParams, chain: Any | None) -> Any:
-        assert p.grammar is not None
-        text, root = p.grammar.encode(), b"root"
-        if p.grammar_triggers:
-            patterns = (ctypes.c_char_p * len(p.grammar_triggers))(
-                *[t.encode() for t in p.grammar_triggers])
-            sampler = L.llama_sampler_init_grammar_lazy_patterns(
-                self.vocab, text, root, patterns, len(p.grammar_triggers), None, 0)
-        else:
-            sampler = L.llama_sampler_init_grammar(self.vocab, text, root)
-        if not sampler:
-            if chain is not None:
-                L.llama_sampler_free(chain)
-            raise ValueError("llama.cpp could not parse the grammar")
-        return sampler
+    def free_sampler(self, sampler: Any) -> None:
+        self.samplers.free(sampler)
 
     def check_grammar(self, p: SamplingParams) -> None:
         """Raise ValueError if llama.cpp cannot parse the request's grammar (reads the
         vocabulary only: safe on a worker thread)."""
-        chain = L.llama_sampler_chain_init(L.llama_sampler_chain_default_params())
-        L.llama_sampler_chain_add(chain, self._grammar_sampler(p, chain))
-        L.llama_sampler_free(chain)
-
-    def free_sampler(self, sampler: Any) -> None:
-        if isinstance(sampler, GrammarChain):
-            for part in (sampler.pre, sampler.trunc, sampler.choice, sampler.grammar):
-                if part:
-                    L.llama_sampler_free(part)
-        elif sampler:
-            L.llama_sampler_free(sampler)
-
-    def sample(self, sampler: Any, batch_index: int) -> int:
-        if isinstance(sampler, GrammarChain):
-            return self._sample_grammar(sampler, batch_index)
-        return int(L.llama_sampler_sample(sampler, self.ctx, batch_index))
-
-    def _candidates(self, batch_index: int) -> Any:
-        """Every token with its logit, in id order, as a llama_token_data_array over the
-        runner's reusable buffer (the samplers reorder it in place)."""
-        if self._cand is None:
-            self._cand = np.zeros(self.n_vocab, _TOKEN_DATA)
-            self._cand_ids = np.arange(self.n_vocab, dtype=np.int32)
-            self._cand_ptr = self._cand.ctypes.data_as(L.llama_token_data_p)
-        ptr = L.llama_get_logits_ith(self.ctx, batch_index)
-        self._cand["id"] = self._cand_ids
-        self._cand["logit"] = np.ctypeslib.as_array(ptr, shape=(self.n_vocab,))
-        self._cand["p"] = 0.0
-        return L.llama_token_data_array(self._cand_ptr, self.n_vocab, -1, False)
-
-    def _sample_grammar(self, g: GrammarChain, batch_index: int) -> int:
-        """The token the chain [grammar, pointwise, truncation, choice] picks, checking the
-        grammar on the best ``CHECK`` candidates only when that decides the result
-        (``engine.grammar_sampling``), else on every candidate."""
-        if not self.grammar_fast:
-            full = self._sample_full(g, batch_index)
-            self._accept(g, full)
-            return full
-        token: int | None = None
-        for size, top in self._checks:
-            token = self._sample_checked(g, batch_index, size, top)
-            if token is not None:
-                break
-        if token is None:
-            g.full += 1
-            token = self._sample_full(g, batch_index)
-        else:
-            g.fast += 1
-        self._accept(g, token)
-        return token
-
-    def _sample_checked(self, g: GrammarChain, batch_index: int, size: int,
-                        top: Any) -> int | None:
-        """The token, from the grammar checked on the best ``size`` candidates only; None
-        when those do not decide it."""
-        apply, ref = L.llama_sampler_apply, ctypes.byref
-        cur = self._candidates(batch_index)
-        if g.pre:
-            apply(g.pre, ref(cur))
-        apply(top, ref(cur))  # the best `size` first, sorted; size `size`
-        boundary = float(self._cand["logit"][size - 1])
-        apply(g.grammar, ref(cur))
-        head = self._cand[:size]
-        ids, logits = allowed_sorted(head["id"], head["logit"])
-        if g.greedy:
-            return greedy_choice(ids, logits, boundary)
-        plan = sampling_plan(logits, boundary, g.truncation)
-        return None if plan is None else self._choose(g, ids, logits, plan)
-
-    @staticmethod
-    def _accept(g: GrammarChain, token: int) -> None:
-        for part in (g.grammar, g.pre, g.trunc, g.choice):
-            if part:
-                L.llama_sampler_accept(part, token)
-
-    def _choose(self, g: GrammarChain, ids: Any, logits: Any, plan: Plan) -> int | None:
-        n = len(ids)
-        sorts = g.truncation.sorts
-        if not sorts:  # min_p alone filters in place: the full path's array is in id order
-            order = np.argsort(ids)
-            ids, logits = ids[order], logits[order]
-        kept = np.zeros(n, _TOKEN_DATA)
-        kept["id"], kept["logit"] = ids, logits
-        cur = L.llama_token_data_array(kept.ctypes.data_as(L.llama_token_data_p), n, -1, sorts)
-        if g.trunc:
-            L.llama_sampler_apply(g.trunc, ctypes.byref(cur))
-        if plan.expected is not None and cur.size != plan.expected:
-            return None
-        L.llama_sampler_apply(g.choice, ctypes.byref(cur))
-        return int(cur.data[cur.selected].id)
-
-    def _sample_full(self, g: GrammarChain, batch_index: int) -> int:
-        apply, ref = L.llama_sampler_apply, ctypes.byref
-        cur = self._candidates(batch_index)
-        for part in (g.grammar, g.pre, g.trunc, g.choice):
-            if part:
-                apply(part, ref(cur))
-        return int(cur.data[cur.selected].id)
+        self.samplers.check_grammar(p)
 
     def logprob(self, batch_index: int, token: int, top_n: int) -> TokenLogprob:
         ptr = L.llama_get_logits_ith(self.ctx, batch_index)

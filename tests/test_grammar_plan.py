@@ -1,4 +1,4 @@
-"""Checking the grammar on the best candidates first (engine/grammar_sampling.py): whenever
+"""Checking the grammar on the best candidates first (engine/sampling/grammar_plan.py): whenever
 the plan says the checked tokens decide the result, the result is what checking every
 candidate gives. A numpy model of llama.cpp's samplers (top_k, top_p, min_p, greedy)
 plays the full path on random logits and random allowed sets."""
@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 
-from engine.grammar_sampling import (
+from engine.sampling.grammar_plan import (
     CHECK,
     Truncation,
     allowed_sorted,

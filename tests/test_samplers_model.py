@@ -15,7 +15,8 @@ from conftest import require_model
 from engine.config import ModelConfig
 from engine.grammar import json_grammar, tool_call_grammar
 from engine.request import SamplingParams
-from engine.runner import GrammarChain, Runner
+from engine.runner import Runner
+from engine.sampling.samplers import GrammarChain
 
 SCHEMA = {
     "type": "object",
@@ -56,7 +57,7 @@ def generate(runner: Runner, params: SamplingParams, n: int, fast: bool = True
              ) -> tuple[list[int], int]:
     """Up to n tokens (stops at end of generation); and how many steps checked every
     candidate."""
-    runner.grammar_fast = fast
+    runner.samplers.grammar_fast = fast
     prompt = runner.tokenize(PROMPT, add_special=False, parse_special=True)
     runner.seq_clear(0)
     sampler = runner.new_sampler(params, prompt)
@@ -75,7 +76,7 @@ def generate(runner: Runner, params: SamplingParams, n: int, fast: bool = True
         return out, full
     finally:
         runner.free_sampler(sampler)
-        runner.grammar_fast = True
+        runner.samplers.grammar_fast = True
 
 
 GRAMMARS = {"json_schema": json_grammar(SCHEMA).text,
