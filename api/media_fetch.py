@@ -24,8 +24,7 @@ import ssl
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-
-import httpx
+from typing import TYPE_CHECKING
 
 from api.media_sniff import (
     DECODABLE,
@@ -53,6 +52,9 @@ from api.media_url import (
     show,
     unwrap,
 )
+
+if TYPE_CHECKING:
+    import httpx
 
 _REDIRECTS = (301, 302, 303, 307, 308)
 _BARE_BASE64 = re.compile(r"[A-Za-z0-9+/]{64}")
@@ -367,6 +369,8 @@ async def _get_any(target: Target, addresses: list[IPAddress], expected: MediaKi
 
 @functools.lru_cache(maxsize=1)
 def _tls_context() -> ssl.SSLContext:
+    import httpx
+
     return httpx.create_ssl_context()
 
 
@@ -375,6 +379,8 @@ async def _get(target: Target, ip: IPAddress, expected: MediaKind,
     """One GET to ``ip`` (no second resolution) with the URL's host in ``Host`` and SNI:
     ``(Location, b"", "")`` for a redirect, else ``(None, body, Content-Type)``. Straight
     to httpx's transport: no client-side redirect, cookie or proxy handling."""
+    import httpx  # here, not at start-up: httpx imports its CLI's dependencies too
+
     netloc = f"[{ip}]" if ip.version == 6 else str(ip)
     extensions: dict[str, object] = {
         "timeout": httpx.Timeout(policy.timeout_seconds).as_dict()}
