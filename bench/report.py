@@ -37,7 +37,10 @@ def print_table(rows: list[Row]) -> None:
 
 
 def out_dir() -> Path:
-    return Path(os.environ.get("BENCH_OUT", Path(__file__).resolve().parent / "results"))
+    """Where results go (made if missing: bench/results/ is not in git)."""
+    path = Path(os.environ.get("BENCH_OUT", Path(__file__).resolve().parent / "results"))
+    path.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 def save_chart(rows: list[Row], chart: Chart, path: Path) -> bool:
