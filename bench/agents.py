@@ -299,6 +299,9 @@ def main() -> None:
                                              if r["turn"] == t), 2)
                        for t in range(args.turns)] for name, run in results.items()}
     print("mean TTFT per turn:", json.dumps(per_turn), file=sys.stderr)
+    p90_turn = {name: [round(p90([r["ttft"] for r in run["records"] if r["turn"] == t]), 2)
+                       for t in range(args.turns)] for name, run in results.items()}
+    print("p90 TTFT per turn:", json.dumps(p90_turn), file=sys.stderr)
     records = {name: run["records"] for name, run in results.items()}
     (out_dir() / "agents_records.json").write_text(json.dumps(records))
     report(rows, "agents", Chart("server", ["mean TTFT s", "p90 TTFT s"], "seconds",
