@@ -59,8 +59,13 @@ def reference(tmp_path_factory: pytest.TempPathFactory
               ) -> Iterator[dict[int, tuple[list[str], list[float]]]]:
     server = start_server(qwen_config(n_seq_max=8), tmp_path_factory.mktemp("nodraft"))
     try:
-        client = OpenAI(base_url=server.base_url, api_key="unused", max_retries=0)
-        yield {i: answer(client, i, temperature=0) for i in range(8)}
+        client = OpenAI(base_url=server.base_url, api_key="unused", max_retries=0,
+                        timeout=300)
+        # at once, as the drafted servers answer them (same_greedy allows the flips that
+        # other batch shapes can cause at near-ties)
+        with ThreadPoolExecutor(8) as pool:
+            answers = list(pool.map(lambda i: answer(client, i, temperature=0), range(8)))
+        yield dict(enumerate(answers))
     finally:
         server.stop()
 
@@ -84,18 +89,22 @@ def drafted(request: pytest.FixtureRequest,
     server.stop()
 
 
-def test_greedy_output_is_unchanged_single_and_8_concurrent(
+def test_greedy_output_is_unchanged_single_and_concurrent(
         drafted: ServerProcess, reference: dict[int, tuple[list[str], list[float]]]) -> None:
     client = OpenAI(base_url=drafted.base_url, api_key="unused", max_retries=0, timeout=300)
+    lookup = "prompt" in drafted.log_path.parent.name
     same_greedy(reference[0], answer(client, 0, temperature=0))
-    with ThreadPoolExecutor(8) as pool:
-        results = list(pool.map(lambda i: answer(client, i, temperature=0), range(8)))
+    # 8 at once with prompt lookup; the draft model (the 0.5B drafting for itself doubles
+    # every step's work) with 4, which still batches drafts of several sequences
+    n = 8 if lookup else 4
+    with ThreadPoolExecutor(n) as pool:
+        results = list(pool.map(lambda i: answer(client, i, temperature=0), range(n)))
     for i, result in enumerate(results):
         same_greedy(reference[i], result)
     m = drafted.metrics()
     # prompt lookup on a copy task drafts a lot; a draft model as large as the target
     # is not worth its cost once the engine has measured it, so it stops drafting early
-    least = 100 if "prompt" in drafted.log_path.parent.name else 0
+    least = 100 if lookup else 0
     assert m["llamaserve_draft_tokens_accepted_total"] > least
     assert 0 < m["llamaserve_draft_acceptance_rate"] <= 1
     assert m["llamaserve_requests_running"] == 0
