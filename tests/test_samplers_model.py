@@ -99,12 +99,12 @@ def test_seeded_sampling_is_the_same_as_checking_every_candidate(runner: Runner,
                    replace(DEFAULTS, seed=seed, temperature=1.0, top_k=0, top_p=1.0,
                            min_p=0.1, penalty_last_n=16, repeat_penalty=1.3,
                            logit_bias=((90, 2.0),), grammar=GRAMMARS["json_schema"])):
-        assert generate(runner, params, 32) == (generate(runner, params, 32, fast=False)[0],
-                                                generate(runner, params, 32)[1])
+        tokens, _ = generate(runner, params, 32)
+        assert tokens == generate(runner, params, 32, fast=False)[0]
 
 
 def test_sampled_answers_always_match_the_schema(runner: Runner) -> None:
-    for seed in range(8):
+    for seed in range(4):
         params = replace(DEFAULTS, temperature=1.0, seed=100 + seed,
                          grammar=GRAMMARS["json_schema"])
         tokens, _ = generate(runner, params, 400)
