@@ -92,6 +92,21 @@ def check(argv: list[str]) -> int:
     return 0
 
 
+def enable_fault_handler(log_file: str | None) -> None:
+    """A crash in native code (a segfault or an abort in llama.cpp) writes every thread's
+    Python stack to the log before the process dies: the engine thread's names the step
+    (decode, sampling, media), a prepare-pool thread's names the request stage (template,
+    tokenizer, projector). The supervisor then restarts the process (docs/DEPLOY.md); the
+    disk cache survives it."""
+    import faulthandler
+
+    if log_file:
+        stream = open(log_file, "a")  # noqa: SIM115  (open for the life of the process)
+        faulthandler.enable(stream, all_threads=True)
+    else:
+        faulthandler.enable(sys.stderr, all_threads=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["pull"]:
@@ -125,6 +140,7 @@ def main(argv: list[str] | None = None) -> int:
         handlers.append(logging.FileHandler(config.server.log_file))
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         handlers=handlers)
+    enable_fault_handler(config.server.log_file)
     if level != "DEBUG":  # llama.cpp's own info lines only with log_level debug
         logging.getLogger("llamaserve.runner").setLevel(logging.WARNING)
     host = config.server.host

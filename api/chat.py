@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -40,6 +41,7 @@ from parsers.message_stream import MessageDelta, MessageStream, ToolCall
 from parsers.response_schema import StreamLayout
 
 _Media = tuple[Projector, MediaRefs, list[MediaInput]]
+log = logging.getLogger("llamaserve.chat")
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,8 @@ def _prepare(runner: Runner, template: ChatTemplate, layout: StreamLayout,
     opener = layout.reasoning_start
     in_reasoning = bool(opener and layout.reasoning_end and text.rstrip().endswith(opener))
     grammar = build_grammar(rules, layout, in_reasoning)
+    if grammar is not None and grammar.relaxed:
+        log.debug("schema bounds relaxed: %s", "; ".join(grammar.relaxed))
     if grammar is not None:
         params = dataclasses.replace(params, grammar=grammar.text,
                                      grammar_triggers=grammar.lazy_patterns)

@@ -120,6 +120,7 @@ class Engine:
         self.metrics.kv_cells_total.set(runner.n_ctx)
         self.metrics.bind(lambda: len(self.scheduler.running),
                           lambda: len(self.scheduler.waiting))
+        self.metrics.bind_grammar_checks(runner.grammar_checker.stats)
 
     # -- called from any thread ---------------------------------------------------
     def start(self, publish: Publish) -> None:

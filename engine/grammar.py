@@ -9,6 +9,11 @@ the same rules behind a lazy trigger (the call marker) for ``auto``; or XML-styl
 blocks (``<function=NAME>`` / ``<parameter=KEY>`` as in Qwen3.5) whose parameter
 values are typed by the tool's schema.
 Conversion costs milliseconds, so callers run it off the event loop.
+
+Every grammar is bounded before llama.cpp sees it: ``engine.json_schema`` relaxes counts
+and enums that would blow up, and ``bounded`` refuses a grammar past ``MAX_GRAMMAR_BYTES``
+of text, ``MAX_GRAMMAR_RULES`` rules or ``MAX_GRAMMAR_DEPTH`` nested parentheses (llama.cpp's
+parser recurses once per parenthesis, on the caller's stack).
 """
 
 from __future__ import annotations
@@ -23,6 +28,10 @@ import llama_cpp.llama_grammar
 from engine.json_schema import SchemaError, SchemaSet
 
 _G: Any = llama_cpp.llama_grammar  # untyped Python module: used through Any
+
+MAX_GRAMMAR_BYTES = 1 << 20
+MAX_GRAMMAR_RULES = 10_000
+MAX_GRAMMAR_DEPTH = 1_100  # REPEAT_LIMIT nested optionals, plus the schema around them
 
 
 class GrammarError(ValueError):
@@ -41,6 +50,48 @@ def _tools_error(exc: GrammarError) -> GrammarError:
 class Grammar:
     text: str
     lazy_patterns: tuple[str, ...] = ()  # empty: constrain from the first token
+    relaxed: tuple[str, ...] = ()  # schema bounds left out (engine.json_schema)
+
+
+def bounded(text: str) -> str:
+    """``text`` if llama.cpp can parse it within the budgets, else a GrammarError saying
+    which budget it passes (checked on the text, before any parser sees it)."""
+    if len(text) > MAX_GRAMMAR_BYTES:
+        raise GrammarError(f"the grammar for this schema would be {len(text):,} bytes, over "
+                           f"the limit of {MAX_GRAMMAR_BYTES:,}: simplify the schema")
+    rules = text.count("::=")
+    if rules > MAX_GRAMMAR_RULES:
+        raise GrammarError(f"the grammar for this schema would have {rules:,} rules, over "
+                           f"the limit of {MAX_GRAMMAR_RULES:,}: simplify the schema")
+    depth = deepest = 0
+    quoted = escaped = in_class = False
+    for c in text:  # parentheses outside "literals" and [classes]
+        if escaped:
+            escaped = False
+        elif c == "\\":
+            escaped = True
+        elif quoted:
+            quoted = c != '"'
+        elif in_class:
+            in_class = c != "]"
+        elif c == '"':
+            quoted = True
+        elif c == "[":
+            in_class = True
+        elif c == "(":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif c == ")":
+            depth -= 1
+    if deepest > MAX_GRAMMAR_DEPTH:
+        raise GrammarError(f"the grammar for this schema would nest {deepest:,} groups deep, "
+                           f"over the limit of {MAX_GRAMMAR_DEPTH:,}: simplify the schema")
+    return text
+
+
+def _grammar(conv: Any, schemas: SchemaSet | None, lazy: tuple[str, ...] = ()) -> Grammar:
+    relaxed = tuple(schemas.relaxed) if schemas is not None else ()
+    return Grammar(bounded(str(conv.format_grammar())), lazy, relaxed)
 
 
 def _gbnf_literal(text: str) -> str:
@@ -55,6 +106,9 @@ def _visit(conv: Any, schema: Any, name: str) -> str:
     try:
         resolved = conv.resolve_refs(schema, "request")
         return str(conv.visit(resolved, name))
+    except RecursionError:
+        raise GrammarError("cannot build a grammar for this JSON schema: it nests too "
+                           "deeply for the grammar converter") from None
     except Exception as exc:  # the converter's own checks are asserts and lookups
         raise GrammarError(f"cannot build a grammar for this JSON schema: {exc}") from None
 
@@ -74,9 +128,9 @@ def json_grammar(schema: dict[str, Any] | None, after: str | None = None) -> Gra
     value = _visit(conv, schemas.root(local), "json-value")
     if after is None:
         conv._add_rule("root", value)
-        return Grammar(str(conv.format_grammar()))
+        return _grammar(conv, schemas)
     conv._add_rule("root", f'{_gbnf_literal(after)} [ \\t\\n]* {value}')
-    return Grammar(str(conv.format_grammar()), (_trigger(after),))
+    return _grammar(conv, schemas, (_trigger(after),))
 
 
 def tool_parameters(tools: list[dict[str, Any]]) -> list[Any]:
@@ -88,8 +142,9 @@ def tool_parameters(tools: list[dict[str, Any]]) -> list[Any]:
         fn = tool["function"]
         params = fn.get("parameters") or {"type": "object"}
         try:
-            probe = SchemaSet()
-            _visit(_converter(), probe.root(_local(probe, params, "parameters")), "probe")
+            probe, conv = SchemaSet(), _converter()
+            _visit(conv, probe.root(_local(probe, params, "parameters")), "probe")
+            bounded(str(conv.format_grammar()))
         except GrammarError as exc:
             if fn.get("strict"):
                 raise GrammarError(f"tool {fn['name']!r}: {exc}") from None
@@ -128,8 +183,9 @@ def _calls(tools: list[dict[str, Any]]) -> tuple[SchemaSet, Any]:
 def bare_call_grammar(tools: list[dict[str, Any]]) -> Grammar:
     """One bare ``{"name": ..., "arguments": ...}`` object (families without call markup)."""
     conv = _converter()
-    conv._add_rule("root", _visit(conv, _call_objects(tools)[1], "call"))
-    return Grammar(str(conv.format_grammar()))
+    schemas, calls = _call_objects(tools)
+    conv._add_rule("root", _visit(conv, calls, "call"))
+    return _grammar(conv, schemas)
 
 
 def tool_call_grammar(tools: list[dict[str, Any]], start: str, end: str, *,
@@ -137,12 +193,13 @@ def tool_call_grammar(tools: list[dict[str, Any]], start: str, end: str, *,
     """Blocks of ``start\\n{"name": <one of tools>, "arguments": <its parameters>}\\nend``;
     ``parallel`` allows several, separated by newlines."""
     conv = _converter()
-    call = _visit(conv, _call_objects(tools)[1], "call")
+    schemas, calls = _call_objects(tools)
+    call = _visit(conv, calls, "call")
     conv._add_rule("call-block", f'{_gbnf_literal(start + chr(10))} {call} '
                                  f'{_gbnf_literal(chr(10) + end)}')
     conv._add_rule("root", '"\\n"? call-block ("\\n" call-block)*' if parallel
                    else '"\\n"? call-block')
-    return Grammar(str(conv.format_grammar()), (_trigger(start),) if lazy else ())
+    return _grammar(conv, schemas, (_trigger(start),) if lazy else ())
 
 
 def xml_tool_call_grammar(tools: list[dict[str, Any]], start: str, end: str, *,
@@ -185,4 +242,4 @@ def _xml_grammar(tools: list[dict[str, Any]], start: str, end: str, *,
                                  f'{_gbnf_literal(chr(10) + end)}')
     conv._add_rule("root", '"\\n"? call-block ("\\n" call-block)*' if parallel
                    else '"\\n"? call-block')
-    return Grammar(str(conv.format_grammar()), (_trigger(start),) if lazy else ())
+    return _grammar(conv, schemas, (_trigger(start),) if lazy else ())

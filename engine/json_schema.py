@@ -14,7 +14,17 @@ schema all pass through ``SchemaSet.add`` before conversion. It copies the schem
   and type lists keep the other keywords per type, unanchored ``pattern`` s are left
   out (the grammar then allows any string: a superset, never a wrong refusal);
 - refuses, naming the keyword and where it stands, what cannot be compiled at all:
-  remote or dangling ``$ref`` s, unknown types, keywords of the wrong shape.
+  remote or dangling ``$ref`` s, unknown types, keywords of the wrong shape, schemas
+  of more than ``MAX_SCHEMA_NODES`` subschemas, and objects of more than
+  ``MAX_OPTIONAL_PROPERTIES`` optional properties (the converter's work grows with
+  their square);
+- relaxes what would make the grammar too large for llama.cpp: a count above
+  ``REPEAT_LIMIT`` (``minLength``, ``maxLength``, ``minItems``, ``maxItems``, and ``{n,m}``
+  inside a ``pattern``) is dropped, so that side of the count is unbounded, and an
+  ``enum`` of more than ``ENUM_LIMIT`` values becomes the types of its values. Both give
+  a superset of the schema. Claude Code, for one, sends ``"maxLength": 524288`` on a
+  free-text field: written out as nested optional rules, that bound alone ran llama.cpp's
+  grammar parser out of stack and killed the process.
 
 Keywords the converter ignores (``minimum``, ``not``, ``patternProperties`` …) only
 narrow a schema, so the grammar accepts a superset of it.
@@ -22,6 +32,7 @@ narrow a schema, so the grammar accepts a superset of it.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +45,12 @@ SCHEMA_MAPS = ("properties",)  # name -> schema
 COUNTS = ("minItems", "maxItems", "minLength", "maxLength")
 SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
 SCHEMA_VALUES = ("items", "additionalProperties")
+# llama.cpp sees a count n as n nested rules: past this it is not enforced (relaxed)
+REPEAT_LIMIT = 1000
+ENUM_LIMIT = 1000  # past this, an enum is relaxed to the types of its values
+MAX_SCHEMA_NODES = 20_000  # subschemas in one schema, $ref targets counted once
+# the converter's rules for optional properties grow with their square (and recurse)
+MAX_OPTIONAL_PROPERTIES = 300
 
 
 class SchemaError(ValueError):
@@ -50,13 +67,14 @@ class SchemaSet:
     (its refs point into ``defs``)."""
 
     defs: dict[str, Any] = field(default_factory=dict)
+    relaxed: list[str] = field(default_factory=list)  # "where.keyword: what was relaxed"
     _count: int = 0
 
     def add(self, schema: Any, where: str = "schema") -> Any:
         scope = f"s{self._count}"
         self._count += 1
         try:
-            return _Localizer(schema, scope, self.defs, where).walk(schema, where)
+            return _Localizer(schema, scope, self, where).walk(schema, where)
         except RecursionError:
             raise SchemaError(f"{where}: the schema is nested too deeply") from None
 
@@ -70,9 +88,11 @@ class SchemaSet:
 
 
 class _Localizer:
-    def __init__(self, root: Any, scope: str, defs: dict[str, Any], where: str) -> None:
-        self.root, self.scope, self.defs, self.where = root, scope, defs, where
+    def __init__(self, root: Any, scope: str, owner: SchemaSet, where: str) -> None:
+        self.root, self.scope, self.where = root, scope, where
+        self.defs, self.relaxed = owner.defs, owner.relaxed
         self.keys: dict[str, str] = {}  # original ref -> key in defs
+        self.nodes = 0
 
     def ref_key(self, ref: Any, where: str) -> str:
         if not isinstance(ref, str):
@@ -101,6 +121,10 @@ class _Localizer:
         return key
 
     def walk(self, node: Any, where: str) -> Any:
+        self.nodes += 1
+        if self.nodes > MAX_SCHEMA_NODES:
+            raise SchemaError(f"{where}: the schema has more than {MAX_SCHEMA_NODES} "
+                              "subschemas")
         if node is True or node == {}:
             return {"type": list(ANY_TYPES)}
         if node is False:
@@ -116,6 +140,12 @@ class _Localizer:
             if key in SCHEMA_MAPS:
                 if not isinstance(value, dict):
                     raise SchemaError(f"{where}.{key} must be an object of schemas")
+                required = node.get("required")
+                optional = len(set(value) - set(required if isinstance(required, list) else []))
+                if optional > MAX_OPTIONAL_PROPERTIES:
+                    raise SchemaError(f"{where}.{key}: {optional} optional properties, over the "
+                                      f"limit of {MAX_OPTIONAL_PROPERTIES} for a grammar: "
+                                      "list more of them in 'required' or split the object")
                 out[key] = {k: self.walk(v, f"{where}.{key}.{k}") for k, v in value.items()}
             elif key in SCHEMA_LISTS:
                 if not isinstance(value, list) or not value:
@@ -133,11 +163,17 @@ class _Localizer:
                 if not isinstance(value, str):
                     raise SchemaError(f"{where}.pattern must be a string")
                 if value.startswith("^") and value.endswith("$"):
-                    out[key] = value
+                    out[key], relaxed = relax_pattern(value)
+                    self.relaxed.extend(f"{where}.pattern: {r}" for r in relaxed)
             elif key == "enum":
                 if not isinstance(value, list) or not value:
                     raise SchemaError(f"{where}.enum must be a non-empty list")
-                out[key] = value
+                if len(value) > ENUM_LIMIT:
+                    self.relaxed.append(f"{where}.enum: {len(value)} values, relaxed to "
+                                        "their types")
+                    out["type"] = sorted({_json_type(v) for v in value})
+                else:
+                    out[key] = value
             elif key == "required":
                 if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
                     raise SchemaError(f"{where}.required must be a list of names")
@@ -154,7 +190,10 @@ class _Localizer:
             elif key in COUNTS:
                 if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                     raise SchemaError(f"{where}.{key} must be a whole number >= 0")
-                out[key] = value
+                if value > REPEAT_LIMIT:
+                    self.relaxed.append(f"{where}.{key}: {value} relaxed (unbounded)")
+                else:
+                    out[key] = value
             elif key == "const":
                 out[key] = value
             # anything else only narrows the schema or is not a keyword: left out
@@ -177,3 +216,55 @@ class _Localizer:
                 return {"anyOf": [{**rest, "type": t} for t in unique]}
             out = {**out, "type": unique}
         return out or {"type": list(ANY_TYPES)}
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    return "array" if isinstance(value, list) else "object"
+
+
+_QUANTIFIER = re.compile(r"\{\s*(\d*)\s*(,?)\s*(\d*)\s*\}")
+
+
+def relax_pattern(pattern: str) -> tuple[str, list[str]]:
+    """``pattern`` with every ``{n,m}`` whose bound is above ``REPEAT_LIMIT`` relaxed: a
+    large ``m`` is dropped (``{n,}``), a large ``n`` as well (``+`` or ``*``). Escapes and
+    character classes are skipped as the converter reads them. Returns the pattern and
+    what was relaxed."""
+    out: list[str] = []
+    relaxed: list[str] = []
+    i, n = 0, len(pattern)
+    while i < n:
+        c = pattern[i]
+        if c == "\\":
+            out.append(pattern[i:i + 2])
+            i += 2
+        elif c == "[":  # to the first unescaped ']', as the converter reads a class
+            j = i + 1
+            while j < n and pattern[j] != "]":
+                j += 2 if pattern[j] == "\\" else 1
+            out.append(pattern[i:j + 1])
+            i = j + 1
+        elif c == "{" and (m := _QUANTIFIER.match(pattern, i)):
+            low = int(m[1]) if m[1] else 0
+            high = (int(m[3]) if m[3] else None) if m[2] else low
+            if low > REPEAT_LIMIT or (high is not None and high > REPEAT_LIMIT):
+                relaxed.append(f"{m[0]} relaxed")
+                out.append(("+" if low else "*") if low > REPEAT_LIMIT or low <= 1
+                           else f"{{{low},}}")
+            else:
+                out.append(m[0])
+            i = m.end()
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out), relaxed

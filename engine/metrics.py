@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector
 
 
 class EngineMetrics:
@@ -142,7 +145,30 @@ class EngineMetrics:
             "1 while the model's connection to this RPC server (model.rpc_servers) is up.",
             ["endpoint"], registry=r)
 
+    def bind_grammar_checks(self, stats: Any) -> None:
+        """The grammar checker's counts (``engine.sampling.grammar_check.CheckStats``)."""
+        self.registry.register(_GrammarChecks(stats))
+
     def bind(self, running: Callable[[], float], waiting: Callable[[], float]) -> None:
         self.requests_running.set_function(running)
         self.seqs_in_use.set_function(running)
         self.requests_waiting.set_function(waiting)
+
+
+class _GrammarChecks(Collector):
+    """``llamaserve_grammar_checks{outcome}``: grammars parsed by the checker process, found
+    in its cache, or that crashed it or timed it out (each of those a 400)."""
+
+    def __init__(self, stats: Any) -> None:
+        self.stats = stats
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        family = CounterMetricFamily(
+            "llamaserve_grammar_checks", "Grammars checked by llama.cpp in the grammar "
+            "checker process before the engine uses them, by outcome.", labels=["outcome"])
+        s = self.stats
+        for outcome, value in (("parsed", s.checked - s.crashed - s.timed_out),
+                               ("cached", s.cached), ("crashed", s.crashed),
+                               ("timed_out", s.timed_out)):
+            family.add_metric([outcome], value)
+        yield family

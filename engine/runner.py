@@ -24,6 +24,7 @@ from engine.backends.rpc import log as rpc_log
 from engine.config import ModelConfig
 from engine.media.spans import MediaSpan, is_media_token, span_at
 from engine.request import SamplingParams, TokenLogprob
+from engine.sampling.grammar_check import GrammarChecker
 from engine.sampling.samplers import Samplers
 from engine.scheduler import BatchItem
 
@@ -162,6 +163,10 @@ class Runner:
         self._adapter_files: dict[str, dict[str, Any]] = {}
         self._applied: tuple[tuple[str, float], ...] = ()
         self.samplers = Samplers(self.vocab, self.n_vocab, self.ctx)
+        # a new grammar is parsed in a child process first (a parser crash costs a request)
+        self.grammar_checker = GrammarChecker(model_path)
+        if not self.embedding_only:
+            self.grammar_checker.start()
 
     # -- loading --------------------------------------------------------------
     def _load_model(self, path: str, cfg: ModelConfig) -> Any:
@@ -295,6 +300,7 @@ class Runner:
 
     def close(self) -> None:
         self.samplers.close()
+        self.grammar_checker.close()
         if self.rpc is not None and self.rpc.broken:
             # freeing buffers that live on a dead RPC server would wait on it for good
             self.ctx = self.model = None
@@ -388,9 +394,11 @@ class Runner:
         self.samplers.free(sampler)
 
     def check_grammar(self, p: SamplingParams) -> None:
-        """Raise ValueError if llama.cpp cannot parse the request's grammar (reads the
-        vocabulary only: safe on a worker thread)."""
-        self.samplers.check_grammar(p)
+        """Raise ValueError if llama.cpp cannot parse the request's grammar, crashes or
+        hangs on it: asked of a child process (``engine.sampling.grammar_check``), so that
+        the engine only ever parses grammars known to parse. Safe on a worker thread."""
+        assert p.grammar is not None
+        self.grammar_checker.check(p.grammar, p.grammar_triggers)
 
     def logprob(self, batch_index: int, token: int, top_n: int) -> TokenLogprob:
         ptr = L.llama_get_logits_ith(self.ctx, batch_index)

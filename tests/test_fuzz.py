@@ -32,6 +32,7 @@ from fuzz_bodies import (
     ws_exchange,
     ws_frames,
 )
+from fuzz_schemas import schema_cases
 
 EXAMPLES = 300
 HOSTILE_EXAMPLES = 300
@@ -281,3 +282,62 @@ def test_session_keys_and_response_ids_never_get_a_5xx_or_escape_the_store(
     assert not stray, stray
     assert all(p.parent == store for p in store.rglob("*"))
     assert http.get("/healthz").status_code == 200
+
+
+SCHEMA_EXAMPLES = 160
+WS_SCHEMA_EXAMPLES = 40
+
+
+def test_hostile_schemas_never_get_a_5xx_nor_stop_the_server(
+        fuzz_server: ServerProcess, http: httpx.Client) -> None:
+    """Every schema keyword the converter reads at its worst value (tests/fuzz_schemas.py),
+    in every place a request carries a schema: chat tools and response_format, Responses
+    tools and text.format, Anthropic input_schema and output_config.format, hundreds of
+    tools. Before the grammar bounds, one ``maxLength: 524288`` segfaulted the process.
+    Each answer is a 200 or a 4xx error object, within a bounded time, and the server
+    stays up and healthy."""
+    statuses: dict[int, int] = {}
+    slowest = 0.0
+
+    @settings(max_examples=SCHEMA_EXAMPLES, deadline=None, database=None, derandomize=True,
+              suppress_health_check=list(HealthCheck))
+    @given(schema_cases())
+    def check(case: tuple[str, Any]) -> None:
+        nonlocal slowest
+        started = time.monotonic()
+        r = post(http, case)
+        slowest = max(slowest, time.monotonic() - started)
+        statuses[r.status_code] = statuses.get(r.status_code, 0) + 1
+        assert r.status_code < 500, (case[0], json.dumps(case[1])[:300], r.text[:300])
+        check_error_shape(r)
+        assert fuzz_server.proc.poll() is None, (case[0], json.dumps(case[1])[:300])
+
+    check()
+    assert statuses.get(200, 0) >= 20 and statuses.get(400, 0) >= 10, statuses
+    assert slowest < 30, slowest
+    assert_healthy_and_media_works(fuzz_server, http)
+
+
+def test_hostile_schemas_in_websocket_frames_get_an_answer(fuzz_server: ServerProcess) -> None:
+    """The Responses bodies of the schema fuzz as ``response.create`` frames on one
+    WebSocket: each is answered (a response or an error event under 500) on a socket that
+    stays open."""
+    seen: dict[str, int] = {}
+    with connect(f"ws://127.0.0.1:{fuzz_server.port}/v1/responses", max_size=None) as ws:
+
+        @settings(max_examples=WS_SCHEMA_EXAMPLES, deadline=None, database=None,
+                  derandomize=True, suppress_health_check=list(HealthCheck))
+        @given(schema_cases().filter(lambda case: case[0] == "/v1/responses"))
+        def check(case: tuple[str, Any]) -> None:
+            frame = json.dumps({"type": "response.create", **case[1]})
+            for outcome in ws_exchange(ws, "valid", frame):
+                seen[outcome] = seen.get(outcome, 0) + 1
+                if outcome.startswith("error:"):
+                    assert int(outcome.rsplit(":", 1)[1]) < 500, (frame[:300], outcome)
+            assert fuzz_server.proc.poll() is None, frame[:300]
+
+        check()
+    assert any(k.startswith("response.") for k in seen), seen
+    assert any(k.startswith("error:") for k in seen), seen
+    with httpx.Client(base_url=fuzz_server.url, timeout=60) as http:
+        assert_healthy_and_media_works(fuzz_server, http)

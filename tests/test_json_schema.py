@@ -16,14 +16,24 @@ from pydantic import BaseModel
 
 from conftest import require_model
 from engine.grammar import (
+    MAX_GRAMMAR_BYTES,
+    MAX_GRAMMAR_DEPTH,
     Grammar,
     GrammarError,
     bare_call_grammar,
+    bounded,
     json_grammar,
     tool_call_grammar,
     xml_tool_call_grammar,
 )
-from engine.json_schema import SchemaError, SchemaSet
+from engine.json_schema import (
+    ENUM_LIMIT,
+    MAX_SCHEMA_NODES,
+    REPEAT_LIMIT,
+    SchemaError,
+    SchemaSet,
+    relax_pattern,
+)
 
 
 class Color(str, Enum):
@@ -294,3 +304,78 @@ def test_a_grammar_error_says_whether_a_tool_caused_it() -> None:
     with pytest.raises(GrammarError) as fmt_err:
         json_grammar(bad)
     assert not fmt_err.value.tools
+
+
+# -- bounds: what would make llama.cpp's grammar blow up is relaxed or refused ----------
+@pytest.mark.parametrize("pattern, relaxed", [
+    ("^a{1,300000}$", "^a+$"),
+    ("^a{0,524288}$", "^a*$"),
+    ("^a{5,524288}$", "^a{5,}$"),
+    ("^a{300000}$", "^a+$"),
+    ("^a{300000,}$", "^a+$"),
+    ("^(ab{2,99999}){1,1000}$", "^(ab{2,}){1,1000}$"),
+    ("^a{1,1000}$", "^a{1,1000}$"),  # at the limit: kept
+    ("^\\{1,99999\\}$", "^\\{1,99999\\}$"),  # escaped braces are text
+    ("^[{]{1,99999}$", "^[{]+$"),  # a brace inside a class is text, the count is not
+    ("^[\\]{]{2,5}x{1,99999}$", "^[\\]{]{2,5}x+$"),
+    ("^a{x}$", "^a{x}$"),  # not a count: left for the converter to refuse
+])
+def test_large_counts_in_patterns_are_relaxed(pattern: str, relaxed: str) -> None:
+    assert relax_pattern(pattern)[0] == relaxed
+
+
+def test_counts_and_enums_past_the_limits_are_relaxed_and_reported() -> None:
+    schemas = SchemaSet()
+    out = schemas.add({"type": "object", "properties": {
+        "script": {"type": "string", "maxLength": 524288, "minLength": 2},
+        "tags": {"type": "array", "items": {"type": "string"}, "minItems": 5000,
+                 "maxItems": REPEAT_LIMIT},
+        "pick": {"enum": [f"v{i}" for i in range(ENUM_LIMIT + 1)] + [None]}}},
+        "tools.Workflow.parameters")
+    props = out["properties"]
+    assert props["script"] == {"type": "string", "minLength": 2}
+    assert props["tags"]["maxItems"] == REPEAT_LIMIT and "minItems" not in props["tags"]
+    assert props["pick"] == {"type": ["null", "string"]}
+    assert schemas.relaxed == [
+        "tools.Workflow.parameters.properties.script.maxLength: 524288 relaxed (unbounded)",
+        "tools.Workflow.parameters.properties.tags.minItems: 5000 relaxed (unbounded)",
+        f"tools.Workflow.parameters.properties.pick.enum: {ENUM_LIMIT + 2} values, relaxed "
+        "to their types"]
+
+
+@pytest.mark.parametrize("schema, words", [
+    ({"type": "object", "properties": {f"p{i}": {"type": "integer"} for i in range(400)}},
+     "400 optional properties, over the limit of 300"),
+    ({"anyOf": [{"type": "integer"}] * (MAX_SCHEMA_NODES + 1)}, "more than 20000 subschemas"),
+    ({"const": "x" * (MAX_GRAMMAR_BYTES + 1)}, "bytes, over the limit of 1,048,576"),
+    ({"type": "object", "properties": {f"p{i}": {
+        "type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
+        for i in range(3500)}, "required": [f"p{i}" for i in range(3500)]},
+     "rules, over the limit of 10,000"),
+])
+def test_schemas_past_the_budgets_are_a_grammar_error_naming_the_limit(
+        schema: dict[str, Any], words: str) -> None:
+    with pytest.raises(GrammarError, match=words):
+        json_grammar(schema)
+
+
+def test_grammar_nesting_past_the_depth_budget_is_refused_before_any_parser() -> None:
+    deep = 'root ::= "x" ' + "(" * (MAX_GRAMMAR_DEPTH + 1) + '"a"' + ")?" * (
+        MAX_GRAMMAR_DEPTH + 1)
+    with pytest.raises(GrammarError, match="nest 1,101 groups deep"):
+        bounded(deep)
+    # parentheses inside literals and character classes do not count
+    assert bounded('root ::= "(((((" [(((] ' + "(" * 10 + '"a"' + ")" * 10)
+
+
+@pytest.mark.model
+def test_a_relaxed_bound_allows_more_and_a_kept_bound_is_still_enforced(
+        checker: GrammarChecker) -> None:
+    grammar = json_grammar({"type": "object", "properties": {
+        "long": {"type": "string", "maxLength": 524288},
+        "short": {"type": "string", "maxLength": 3}}, "required": ["long", "short"]})
+    assert checker.accepts(grammar, json.dumps({"long": "y" * 2000, "short": "abc"}))
+    assert not checker.accepts(grammar, json.dumps({"long": "y", "short": "abcd"}))
+    words = json_grammar({"type": "string", "pattern": "^a{1,300000}$"})
+    assert checker.accepts(words, json.dumps("a" * 1500))
+    assert not checker.accepts(words, json.dumps("ab"))

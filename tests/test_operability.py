@@ -236,3 +236,27 @@ def test_sigusr1_drains_and_exits_0(tmp_path: Path) -> None:
         assert server.proc.wait(30) == 0
     finally:
         server.stop()
+
+
+def test_native_crash_writes_every_threads_python_stack_to_the_log(tmp_path: Path) -> None:
+    """A segfault inside native code (here delivered as SIGSEGV mid-stream, as llama.cpp
+    would raise it) leaves the Python stack of every thread in the log file, the engine
+    thread's inside its step, before the process dies with the signal for its supervisor
+    to restart it."""
+    cfg = gemma_config()
+    cfg["server"] = {"log_file": str(tmp_path / "llamaserve.log")}
+    server = start_server(cfg, tmp_path)
+    try:
+        body = {"prompt": "Count:", "max_tokens": 200, "ignore_eos": True, "stream": True}
+        with httpx.stream("POST", f"{server.base_url}/completions", json=body,
+                          timeout=60) as r:
+            for line in r.iter_lines():
+                if line.startswith("data: {"):
+                    break  # the engine thread is generating
+            server.proc.send_signal(signal.SIGSEGV)
+            assert server.proc.wait(30) == -signal.SIGSEGV
+        log = (tmp_path / "llamaserve.log").read_text()
+        assert "Fatal Python error: Segmentation fault" in log, log[-2000:]
+        assert log.count("Thread 0x") >= 2 and "engine/core.py" in log, log[-3000:]
+    finally:
+        server.stop()

@@ -1,5 +1,5 @@
-"""Per-request sampler chains over llama.cpp's samplers (engine thread, except
-``check_grammar``, which reads the vocabulary only).
+"""Per-request sampler chains over llama.cpp's samplers (engine thread; a grammar has
+been parsed once already, in ``engine.sampling.grammar_check``'s child process).
 
 A request without a grammar gets one llama.cpp chain: logit bias and penalties, then top_k /
 top_p / min_p, then greedy or temperature + dist. With a grammar it gets a ``GrammarChain``,
@@ -164,13 +164,6 @@ class Samplers:
                 L.llama_sampler_free(chain)
             raise ValueError("llama.cpp could not parse the grammar")
         return sampler
-
-    def check_grammar(self, p: SamplingParams) -> None:
-        """Raise ValueError if llama.cpp cannot parse the request's grammar (reads the
-        vocabulary only: safe on a worker thread)."""
-        chain = L.llama_sampler_chain_init(L.llama_sampler_chain_default_params())
-        L.llama_sampler_chain_add(chain, self._grammar_sampler(p, chain))
-        L.llama_sampler_free(chain)
 
     def free(self, sampler: Any) -> None:
         if isinstance(sampler, GrammarChain):
