@@ -18,6 +18,7 @@ parser recurses once per parenthesis, on the caller's stack).
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from dataclasses import dataclass
@@ -53,9 +54,10 @@ class Grammar:
     relaxed: tuple[str, ...] = ()  # schema bounds left out (engine.json_schema)
 
 
-def bounded(text: str) -> str:
+def bounded(text: str, *, depth: bool = True) -> str:
     """``text`` if llama.cpp can parse it within the budgets, else a GrammarError saying
-    which budget it passes (checked on the text, before any parser sees it)."""
+    which budget it passes (checked on the text, before any parser sees it; ``depth``
+    False skips the nesting scan, for a probe whose whole grammar is scanned later)."""
     if len(text) > MAX_GRAMMAR_BYTES:
         raise GrammarError(f"the grammar for this schema would be {len(text):,} bytes, over "
                            f"the limit of {MAX_GRAMMAR_BYTES:,}: simplify the schema")
@@ -63,30 +65,22 @@ def bounded(text: str) -> str:
     if rules > MAX_GRAMMAR_RULES:
         raise GrammarError(f"the grammar for this schema would have {rules:,} rules, over "
                            f"the limit of {MAX_GRAMMAR_RULES:,}: simplify the schema")
-    depth = deepest = 0
-    quoted = escaped = in_class = False
-    for c in text:  # parentheses outside "literals" and [classes]
-        if escaped:
-            escaped = False
-        elif c == "\\":
-            escaped = True
-        elif quoted:
-            quoted = c != '"'
-        elif in_class:
-            in_class = c != "]"
-        elif c == '"':
-            quoted = True
-        elif c == "[":
-            in_class = True
-        elif c == "(":
-            depth += 1
-            deepest = max(deepest, depth)
-        elif c == ")":
-            depth -= 1
+    deepest = _nesting(text) if depth else 0
     if deepest > MAX_GRAMMAR_DEPTH:
         raise GrammarError(f"the grammar for this schema would nest {deepest:,} groups deep, "
                            f"over the limit of {MAX_GRAMMAR_DEPTH:,}: simplify the schema")
     return text
+
+
+_LITERALS = re.compile(r'"(?:\\.|[^"\\])*"|\[(?:\\.|[^\]\\])*\]')
+_NOT_PARENS = re.compile(r"[^()]+")
+_STEP = {"(": 1, ")": -1}
+
+
+def _nesting(text: str) -> int:
+    """How deep groups nest, parentheses inside "literals" and [classes] left out."""
+    parens = _NOT_PARENS.sub("", _LITERALS.sub("", text))
+    return max(itertools.accumulate(map(_STEP.__getitem__, parens)), default=0)
 
 
 def _grammar(conv: Any, schemas: SchemaSet | None, lazy: tuple[str, ...] = ()) -> Grammar:
@@ -144,7 +138,7 @@ def tool_parameters(tools: list[dict[str, Any]]) -> list[Any]:
         try:
             probe, conv = SchemaSet(), _converter()
             _visit(conv, probe.root(_local(probe, params, "parameters")), "probe")
-            bounded(str(conv.format_grammar()))
+            bounded(str(conv.format_grammar()), depth=False)
         except GrammarError as exc:
             if fn.get("strict"):
                 raise GrammarError(f"tool {fn['name']!r}: {exc}") from None
