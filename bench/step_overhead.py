@@ -1,0 +1,140 @@
+"""llamaserve against llama-server where decoding is cheap, as on a GPU: each server's own
+cost per step becomes the throughput.
+
+Writes the tiny random-weight llama of bench/tiny_model.py (SmolLM2's real tokenizer and
+template; ``llama_decode`` well under a millisecond per token here), then starts each
+server in turn on it (never both at once; same threads, 64 sequences, each server's other
+defaults) and drives it with bench/light_client.py in its own process at each concurrency,
+streaming and not: exactly ``--tokens`` tokens per request (``ignore_eos``), default
+sampling. Prints tokens/s, TTFT p50 and ITL p50 / p99 per server and the ratio
+llamaserve / llama-server, plus the client's CPU share (a client near 100% of a core would
+be the bottleneck: the row says so).
+
+    python bench/step_overhead.py --llama-server /tmp/llama-build/bin/llama-server
+    python bench/step_overhead.py --model ~/.cache/llamaserve/gemma-3-270m-q4_k_m.gguf \\
+        --concurrency 1,4,16 --llama-server ...
+
+llama-server's build: see bench/compare_servers.py. Writes bench/results/step_overhead.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT / "tests"))
+
+from tiny_model import write_tiny_model  # noqa: E402
+
+from compare_servers import _port, _wait  # noqa: E402
+from report import report  # noqa: E402
+
+N_SEQ = 64
+
+
+def start_llamaserve(model: str, threads: int, ctx: int, tmp: Path) -> tuple[Any, int]:
+    port = _port()
+    cfg = {"server": {"host": "127.0.0.1", "port": port, "log_level": "warning",
+                      "max_queue": 1024},
+           "model": {"path": model, "alias": "tiny", "n_ctx": ctx, "n_seq_max": N_SEQ,
+                     "threads": threads, "threads_batch": threads}}
+    path = tmp / "llamaserve.json"
+    path.write_text(json.dumps(cfg))
+    log = (tmp / "llamaserve.log").open("wb")
+    proc = subprocess.Popen([sys.executable, str(ROOT / "server.py"), "-C", str(path)],
+                            stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+    _wait(f"http://127.0.0.1:{port}/healthz", proc)
+    return proc, port
+
+
+def start_llama_server(binary: str, model: str, threads: int, ctx: int, tmp: Path
+                       ) -> tuple[Any, int]:
+    port = _port()
+    log = (tmp / "llama-server.log").open("wb")
+    proc = subprocess.Popen([binary, "-m", model, "--port", str(port), "--host", "127.0.0.1",
+                             "-np", str(N_SEQ), "-c", str(ctx), "-t", str(threads),
+                             "-tb", str(threads), "--log-disable"],
+                            stdout=log, stderr=subprocess.STDOUT)
+    _wait(f"http://127.0.0.1:{port}/health", proc)
+    return proc, port
+
+
+def drive(port: int, concurrency: int, tokens: int, requests: int, stream: bool
+          ) -> dict[str, float]:
+    cmd = [sys.executable, str(ROOT / "bench" / "light_client.py"), "--port", str(port),
+           "--concurrency", str(concurrency), "--tokens", str(tokens),
+           "--requests", str(requests)] + (["--stream"] if stream else [])
+    done = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=1800)
+    return dict(json.loads(done.stdout))
+
+
+def measure(name: str, port: int, levels: list[int], tokens: int, modes: list[str],
+            budget: int) -> list[dict[str, Any]]:
+    drive(port, 4, 16, 1, True)  # warm-up
+    rows = []
+    for mode in modes:
+        for c in levels:
+            requests = max(2, budget // (c * tokens))  # about `budget` tokens per level
+            r = drive(port, c, tokens, requests, mode == "stream")
+            rows.append({"server": name, "mode": mode, "c": c, "tok/s": round(r["tok_s"], 1),
+                         "TTFT p50 ms": round(r["ttft_p50"] * 1000, 1),
+                         "ITL p50 ms": round(r["itl_p50"] * 1000, 2),
+                         "ITL p99 ms": round(r["itl_p99"] * 1000, 2),
+                         "client CPU": f"{r['client_cpu_share']:.0%}",
+                         "errors": int(r["errors"])})
+            print(rows[-1], file=sys.stderr)
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--llama-server", default="/tmp/llama-build/bin/llama-server")
+    ap.add_argument("--model", default=None, help="default: the tiny model (written if missing)")
+    ap.add_argument("--concurrency", default="1,4,16,64")
+    ap.add_argument("--modes", default="stream,nostream")
+    ap.add_argument("--tokens", type=int, default=128)
+    ap.add_argument("--budget", type=int, default=16384, help="tokens generated per level")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--servers", default="llamaserve,llama-server")
+    args = ap.parse_args()
+    model = args.model or str(write_tiny_model())
+    levels = [int(c) for c in args.concurrency.split(",")]
+    modes = args.modes.split(",")
+    ctx = N_SEQ * (args.tokens + 64)
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in args.servers.split(","):
+            proc, port = (start_llamaserve(model, args.threads, ctx, Path(tmp))
+                          if name == "llamaserve" else
+                          start_llama_server(args.llama_server, model, args.threads, ctx,
+                                             Path(tmp)))
+            try:
+                rows += measure(name, port, levels, args.tokens, modes, args.budget)
+            finally:
+                proc.terminate()
+                proc.wait(30)
+                time.sleep(1)
+    ours = {(r["mode"], r["c"]): r for r in rows if r["server"] == "llamaserve"}
+    theirs = {(r["mode"], r["c"]): r for r in rows if r["server"] == "llama-server"}
+    for key, r in ours.items():
+        if key in theirs and theirs[key]["tok/s"]:
+            rows.append({"server": "ratio", "mode": key[0], "c": key[1],
+                         "tok/s": round(r["tok/s"] / theirs[key]["tok/s"], 2),
+                         "TTFT p50 ms": round(r["TTFT p50 ms"] / theirs[key]["TTFT p50 ms"], 2)
+                         if theirs[key]["TTFT p50 ms"] else "",
+                         "ITL p50 ms": round(r["ITL p50 ms"] / theirs[key]["ITL p50 ms"], 2)
+                         if theirs[key]["ITL p50 ms"] else "",
+                         "ITL p99 ms": "", "client CPU": "", "errors": ""})
+    report(rows, "step_overhead")
+
+
+if __name__ == "__main__":
+    main()
