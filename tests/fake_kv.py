@@ -2,6 +2,14 @@
 
 It records which positions each sequence holds, so tests can check that the
 prefix cache keeps llama.cpp's memory and its own bookkeeping in step.
+
+``recurrent=True`` adds what llama.cpp's recurrent memory (hybrid models) does: one state
+per sequence that has read the tokens up to ``state[seq]``; a partial trim fails unless it
+drops at most ``rollback`` positions (``n_rs_seq`` snapshots, restored by the sequence's
+next decode; only a rollback into the last decode finds its snapshot, an older one restores
+a stale state just the same); a copy hands the destination the source's state whatever
+the range. A decode on a state that is not at the sequence's end puts the sequence in
+``wrong``: its output would differ from a fresh evaluation.
 """
 
 from __future__ import annotations
@@ -10,11 +18,18 @@ import json
 
 
 class FakeKv:
-    def __init__(self, n_swa_window: int | None = None, trim_fails: bool = False) -> None:
+    def __init__(self, n_swa_window: int | None = None, trim_fails: bool = False,
+                 recurrent: bool = False, rollback: int = 0) -> None:
         self.seqs: dict[int, list[int]] = {}  # seq -> positions held (0..n-1)
         self.window = n_swa_window  # emulate SWA pruning: keep only the last window
         self.trim_fails = trim_fails
         self.ops: list[tuple[object, ...]] = []
+        self.recurrent = recurrent
+        self.rollback = rollback
+        self.state: dict[int, int] = {}  # seq -> positions its recurrent state has read
+        self.pending: dict[int, int] = {}  # seq -> where its next decode rolls the state back
+        self.wrong: set[int] = set()  # seqs that decoded on a state from elsewhere
+        self.last: dict[int, int] = {}  # seq -> tokens in its last decode (its snapshots)
 
     def held(self, seq: int) -> int:
         return len(self.seqs.get(seq, []))
@@ -22,6 +37,12 @@ class FakeKv:
     def decode(self, seq: int, n: int) -> None:
         pos = self.seqs.setdefault(seq, [])
         start = pos[-1] + 1 if pos else 0
+        if self.recurrent:
+            state = self.pending.pop(seq, self.state.get(seq, 0))
+            if state != start:
+                self.wrong.add(seq)
+            self.state[seq] = start + n
+            self.last[seq] = n
         pos.extend(range(start, start + n))
         if self.window is not None:
             top = pos[-1]
@@ -31,27 +52,54 @@ class FakeKv:
         self.ops.append(("trim", seq, keep))
         if self.trim_fails:
             return False
+        if self.recurrent and 0 < keep < self.held(seq):
+            if self.held(seq) - keep > self.rollback or seq in self.pending:
+                return False
+            # a snapshot from within the last decode, else a stale one (-1: never right)
+            self.pending[seq] = keep if self.held(seq) - keep < self.last.get(seq, 0) else -1
+        elif self.recurrent and keep == 0:
+            self.seq_clear(seq)
         self.seqs[seq] = [p for p in self.seqs.get(seq, []) if p < keep]
         return True
 
     def seq_copy(self, src: int, dst: int, n: int) -> bool:
         self.ops.append(("copy", src, dst, n))
         self.seqs[dst] = [p for p in self.seqs.get(src, []) if p < n]
+        if self.recurrent:  # the source's state as it is, not at n (nor rolled back)
+            self.seq_clear(dst)
+            self.state[dst] = self.state.get(src, 0)
+            if src in self.wrong:
+                self.wrong.add(dst)
+            self.seqs[dst] = [p for p in self.seqs.get(src, []) if p < n]
         return True
 
     def seq_clear(self, seq: int) -> None:
         self.seqs[seq] = []
+        self.state.pop(seq, None)
+        self.pending.pop(seq, None)
+        self.wrong.discard(seq)
 
     def seq_pos_min(self, seq: int) -> int:
         pos = self.seqs.get(seq)
         return pos[0] if pos else -1
 
     def state_get(self, seq: int) -> bytearray:
+        if self.recurrent:
+            return bytearray(json.dumps({"pos": self.seqs.get(seq, []),
+                                         "state": self.state.get(seq, 0),
+                                         "wrong": seq in self.wrong}).encode())
         return bytearray(json.dumps(self.seqs.get(seq, [])).encode())
 
     def state_set(self, seq: int, data: bytearray) -> bool:
         try:
-            self.seqs[seq] = json.loads(bytes(data))
+            loaded = json.loads(bytes(data))
         except ValueError:
             return False
+        if not self.recurrent:
+            self.seqs[seq] = loaded
+            return True
+        self.seq_clear(seq)
+        self.seqs[seq], self.state[seq] = loaded["pos"], loaded["state"]
+        if loaded["wrong"]:
+            self.wrong.add(seq)
         return True

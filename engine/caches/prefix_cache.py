@@ -18,6 +18,14 @@ KV computed under one set of LoRA adapters is never reused under another: each a
 set has its own tree, and the disk cache (whose key covers the configured adapters)
 serves only requests with the configured set.
 
+Recurrent or hybrid memory (Mamba, RWKV, Gated DeltaNet layers as in Qwen3.5) keeps one
+state per sequence, at its last position, and cannot go back: such a sequence is reused
+only whole. A cached or busy sequence serves a prompt it is all a prefix of, never
+part of it (no ``seq_rm`` of a tail, no ``seq_cp`` of a shorter prefix: llama.cpp would
+hand over the state at the source's last position); a disk entry is loaded only when it
+is all a prefix of the prompt; a sequence whose state waits for a draft rollback (applied
+by its next decode) is neither copied, saved nor kept.
+
 At least one prompt token is always evaluated, so there are logits to sample.
 The module is pure Python: llama.cpp is reached through ``KvOps``.
 """
@@ -53,6 +61,8 @@ ANSWER_MIN_SAVE = 16
 class KvOps(Protocol):
     """The KV operations the cache needs (implemented by ``engine.runner.Runner``)."""
 
+    @property
+    def recurrent(self) -> bool: ...  # recurrent or hybrid memory: see the module doc
     def seq_trim(self, seq: int, keep: int) -> bool: ...  # drop positions >= keep
     def seq_copy(self, src: int, dst: int, n: int) -> bool: ...  # dst := first n of src
     def seq_clear(self, seq: int) -> None: ...
@@ -68,6 +78,7 @@ class Slot:
     owner: Request | None = None
     last_used: int = 0
     adapters: tuple[tuple[str, float], ...] = ()  # the LoRA set its KV was computed under
+    rolled_back: bool = False  # recurrent state: a draft rollback waits for the next decode
 
 
 @dataclass(frozen=True)
@@ -92,6 +103,7 @@ class PrefixCache:
         self.trees: dict[tuple[tuple[str, float], ...], PrefixTree[int]] = {}
         self.disk_adapters = disk_adapters  # the adapter set the disk cache's key covers
         self.ledger = KvLedger()
+        self.recurrent = kv.recurrent  # one state per sequence: reused only whole
         self._clock = itertools.count(1)
 
     def _tree(self, adapters: tuple[tuple[str, float], ...]) -> PrefixTree[int]:
@@ -122,6 +134,7 @@ class PrefixCache:
 
     def _evict(self, slot: Slot) -> None:
         self.kv.seq_clear(slot.seq_id)
+        slot.rolled_back = False
         self.ledger.clear(slot.seq_id)
         self._tree(slot.adapters).remove(slot.seq_id)
         slot.tokens = []
@@ -188,13 +201,18 @@ class PrefixCache:
                 and best.slot.owner is not None and slot.owner is None)
             if usable > 0 and better:
                 best = _Match(slot, usable)
-        if longest_pending - best.usable >= WAIT_FOR_SOURCE_MIN:
+        # (a recurrent state passes the shared prefix mid-prefill: nothing to wait for)
+        if not self.recurrent and longest_pending - best.usable >= WAIT_FOR_SOURCE_MIN:
             return _Match(wait=True)
         return best
 
     def _usable(self, slot: Slot, n: int) -> int:
-        """With sliding-window attention the cache keeps only the last window of a long
-        sequence; continuing at ``n`` needs the window before ``n``."""
+        """How much of ``n`` shared positions of ``slot`` can be reused. A recurrent state
+        only whole: ``n`` must be all the sequence holds. With sliding-window attention the
+        cache keeps only the last window of a long sequence; continuing at ``n`` needs the
+        window before ``n``."""
+        if self.recurrent and (n != len(slot.tokens) or slot.rolled_back):
+            return 0
         if n <= 0 or self.n_swa <= 0:
             return max(n, 0)
         pos_min = self.kv.seq_pos_min(slot.seq_id)
@@ -247,6 +265,9 @@ class PrefixCache:
                 return None
             if DISK_MIN_SHARE * len(stored) > shared:
                 continue  # mostly another conversation: loading it costs more than it saves
+            n = r.reusable(min(shared, len(r.prompt) - 1))
+            if self.recurrent and n < len(stored):
+                continue  # a recurrent state cannot be cut back
             if not self._room(len(stored) + 1, reserved, keep):
                 return None
             data = self.disk.read(name, stored)
@@ -261,7 +282,6 @@ class PrefixCache:
                 continue
             self.ledger.append(dst.seq_id, len(stored))
             dst.tokens = list(stored)
-            n = r.reusable(min(shared, len(r.prompt) - 1))
             if n < len(stored):  # diverges (or the whole prompt was stored): cut there
                 if self._usable(dst, n) < n or not self.kv.seq_trim(dst.seq_id, n):
                     self._evict(dst)
@@ -276,6 +296,7 @@ class PrefixCache:
     def committed(self, r: Request, tokens: list[int]) -> None:
         slot = self.slots[r.seq_id]
         slot.tokens.extend(tokens)
+        slot.rolled_back = False
         self.ledger.append(r.seq_id, len(tokens))
 
     def trim(self, r: Request, n: int) -> None:
@@ -287,6 +308,9 @@ class PrefixCache:
             raise RuntimeError("llama.cpp cannot remove rejected draft tokens from this memory")
         self.ledger.truncate(slot.seq_id, n)
         del slot.tokens[n:]
+        # llama.cpp restores a recurrent state's snapshot only in the sequence's next decode:
+        # until then a copy of it (or its saved state) would have read the rejected tokens
+        slot.rolled_back = self.recurrent
 
     def prefill_done(self, r: Request) -> None:
         """The sequence holds exactly the prompt: save it to disk if that is worth it."""
@@ -301,7 +325,7 @@ class PrefixCache:
 
     def _save(self, slot: Slot, min_new: int | None = None) -> None:
         if self.disk is not None and slot.adapters == self.disk_adapters \
-                and self.disk.wants(slot.tokens, min_new):
+                and not slot.rolled_back and self.disk.wants(slot.tokens, min_new):
             try:
                 self.disk.put(slot.tokens, self.kv.state_get(slot.seq_id))
             except Exception:  # a failed save costs a future cache hit, nothing else
@@ -320,7 +344,7 @@ class PrefixCache:
     def release_slot(self, slot: Slot, keep: bool) -> None:
         slot.owner = None
         slot.last_used = next(self._clock)
-        if keep and slot.tokens:
+        if keep and slot.tokens and not slot.rolled_back:
             self._tree(slot.adapters).insert(slot.seq_id, slot.tokens)
         else:
             self._evict(slot)

@@ -54,6 +54,11 @@ class Drafting:
         # prompt lookup drafts past a small configured maximum while whole drafts are
         # accepted; not on recurrent state, which keeps only k_max snapshots to roll back
         self.grow = cfg.draft_model == "prompt-lookup-decoding" and not runner.recurrent
+        if runner.recurrent:
+            log.info("drafting (%s) on recurrent/hybrid memory: drafts of at most %d tokens, "
+                     "rejected ones rolled back from llama.cpp's state snapshots (n_rs_seq); "
+                     "a sequence is not reused as cache until its rollback is applied",
+                     cfg.draft_model, self.k_max)
         if cfg.draft_model == "prompt-lookup-decoding":
             self.lookup = PromptLookup(cfg.draft_model_max_ngram_size)
         elif cfg.draft_model == "draft-model":
