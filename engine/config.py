@@ -136,6 +136,9 @@ class ModelConfig:
     threads_batch: int | None = None
     kv_unified: bool = True
     swa_full: bool = False
+    # recurrent / hybrid models: RAM for recurrent-state snapshots at message ends, so a
+    # prompt sharing part of a cached sequence resumes there (0 = off)
+    state_snapshots_max_bytes: int = 256 << 20
     embedding: bool | None = None
     pooling_type: int | None = None
     store_logits: bool = False

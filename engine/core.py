@@ -88,7 +88,8 @@ class Engine:
             disk_cache, compat_key(runner.model_path, runner.state_layout()), self.metrics)
         self.cache = PrefixCache(runner.n_seq_max, runner, capacity=runner.n_ctx,
                                  unified=runner.unified, n_swa=runner.n_swa, disk=self.disk,
-                                 metrics=self.metrics, disk_adapters=self.default_adapters)
+                                 metrics=self.metrics, disk_adapters=self.default_adapters,
+                                 snapshot_bytes=cfg.state_snapshots_max_bytes)
         # prompt tokens per step while others generate: from measured step costs (a step
         # within prefill_step_target decode-only steps), at most prefill_chunk
         self.step_budget = StepBudget(cfg.prefill_chunk or runner.n_batch,

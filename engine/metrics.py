@@ -68,6 +68,27 @@ class EngineMetrics:
             "llamaserve_disk_cache_entries", "Entries in the disk cache.", registry=r)
         self.disk_bytes = Gauge(
             "llamaserve_disk_cache_bytes", "Bytes used by the disk cache.", registry=r)
+        self.snapshot_bytes = Gauge(
+            "llamaserve_state_snapshot_bytes",
+            "Bytes of recurrent-state snapshots held in RAM (model.state_snapshots_max_bytes).",
+            registry=r)
+        self.snapshots_taken = Counter(
+            "llamaserve_state_snapshots_taken",
+            "Recurrent-state snapshots taken during prefill.", registry=r)
+        self.snapshots_restored = Counter(
+            "llamaserve_state_snapshots_restored",
+            "Recurrent-state snapshots restored to reuse part of a cached sequence, by source.",
+            ["source"], registry=r)
+        self.snapshot_tokens_reused = Counter(
+            "llamaserve_state_snapshot_tokens_reused",
+            "Prompt tokens reused through a restored recurrent-state snapshot.", registry=r)
+        self.snapshots_evicted = Counter(
+            "llamaserve_state_snapshots_evicted",
+            "Snapshots dropped to stay under model.state_snapshots_max_bytes.", registry=r)
+        self.snapshots_failed = Counter(
+            "llamaserve_state_snapshots_failed",
+            "Snapshots that could not be taken or restored (dropped; the prompt is evaluated).",
+            registry=r)
         self.embed_inputs = Counter(
             "llamaserve_embedding_inputs", "Inputs embedded.", registry=r)
         self.embed_tokens = Counter(

@@ -105,6 +105,8 @@ class Request:
     seq_id: int = -1
     num_computed: int = 0  # tokens of prompt + output already in the KV cache
     cached_tokens: int = 0  # prompt tokens reused from the prefix cache, not evaluated
+    # prompt positions where prefill ends a chunk so the cache snapshots the recurrent state
+    snapshot_at: list[int] = field(default_factory=list)
     output: list[int] = field(default_factory=list)
     cancelled: bool = False
     finish_reason: str | None = None

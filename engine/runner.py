@@ -36,6 +36,8 @@ L: Any = llama_cpp
 KV_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8,
             "iq4_nl": 20, "bf16": 30}
 DECODE_NO_KV_SLOT = 1
+# llama_state_seq_*_ext: only the partial state (a hybrid memory's recurrent part)
+PARTIAL_ONLY = 1
 
 _LOG_LEVELS = {1: logging.DEBUG, 2: logging.INFO, 3: logging.WARNING, 4: logging.ERROR}
 
@@ -555,6 +557,37 @@ class Runner:
     def state_set(self, seq: int, data: bytearray) -> bool:
         buf = (ctypes.c_uint8 * len(data)).from_buffer(data)
         return int(L.llama_state_seq_set_data(self.ctx, buf, len(data), seq)) > 0
+
+    def state_get_partial(self, seq: int) -> bytes:
+        """The recurrent part of a hybrid / recurrent sequence's state (PARTIAL_ONLY: the
+        attention KV is left out), a snapshot ``seq_rewind`` restores."""
+        size = int(L.llama_state_seq_get_size_ext(self.ctx, seq, PARTIAL_ONLY))
+        if size <= 0:
+            raise RuntimeError(f"llama.cpp has no partial state for sequence {seq}")
+        buf = (ctypes.c_uint8 * size)()
+        n = int(L.llama_state_seq_get_data_ext(self.ctx, buf, size, seq, PARTIAL_ONLY))
+        if n <= 0:
+            raise RuntimeError(f"llama.cpp could not copy the partial state of sequence {seq}")
+        return ctypes.string_at(buf, n)
+
+    def seq_rewind(self, seq: int, n: int, data: bytes, src: int | None = None) -> bool:
+        """``seq`` := its own (or ``src``'s) first ``n`` positions, with the recurrent state
+        ``data`` taken when the sequence was at ``n``: the snapshot replaces the recurrent
+        part, then the attention KV is cut at ``n``. False (``seq`` then holds something
+        unknown: the caller clears it) when llama.cpp refuses the data or the restored
+        state is not at ``n``."""
+        if src is not None:
+            if self.unified:
+                L.llama_memory_seq_cp(self.mem, src, seq, 0, n)
+            else:  # one stream per sequence: whole streams only, cut below
+                L.llama_memory_seq_cp(self.mem, src, seq, -1, -1)
+        buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
+        if int(L.llama_state_seq_set_data_ext(self.ctx, buf, len(data), seq, PARTIAL_ONLY)) <= 0:
+            return False
+        # a hybrid memory's last position is the smaller of the attention's and the state's
+        if int(L.llama_memory_seq_pos_max(self.mem, seq)) != n - 1:
+            return False
+        return self.seq_trim(seq, n)
 
     def state_layout(self) -> dict[str, Any]:
         """What a saved sequence state depends on besides the model file (for the disk

@@ -6,7 +6,9 @@ always get their one token first (streams never stall behind a long prompt);
 the rest of the budget goes to chunked prefill, oldest first, then to waiting
 requests admitted in FIFO order while sequence ids and KV cells are free.
 Which sequence a request gets, and how much of its prompt is already computed
-there, is the prefix cache's decision (``engine.caches.prefix_cache``).
+there, is the prefix cache's decision (``engine.caches.prefix_cache``). On recurrent / hybrid
+models a prefill chunk ends exactly at each of the request's ``snapshot_at`` positions
+(chosen by the prefix cache), which snapshots the state after that decode.
 
 LoRA adapters apply to the whole llama context, so a step serves one adapter set: when
 requests with different sets are running, steps take turns between the sets (round
@@ -135,6 +137,10 @@ class Scheduler:
     def _add_prefill(self, plan: StepPlan, r: Request, budget: int) -> int:
         if r.pending_media is not None:
             return 0  # its media is encoded before a later step (Engine._encode_media)
+        # a chunk ends where the prefix cache snapshots the recurrent state
+        stop = next((p for p in r.snapshot_at if p > r.num_computed), 0)
+        if stop:
+            budget = min(budget, stop - r.num_computed)
         tokens = r.next_tokens(budget)
         if r.media and not r.next_tokens_fit(tokens):
             return 0  # a media evaluated whole waits for a step with room for all of it

@@ -10,6 +10,12 @@ next decode; only a rollback into the last decode finds its snapshot, an older o
 a stale state just the same); a copy hands the destination the source's state whatever
 the range. A decode on a state that is not at the sequence's end puts the sequence in
 ``wrong``: its output would differ from a fresh evaluation.
+
+Snapshots (``state_get_partial`` / ``seq_rewind``) carry the recurrent state alone, as
+llama.cpp's ``LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY`` does: a rewind to ``n`` restores it and
+cuts the positions at ``n``, refused (like llama.cpp's position check) when the snapshot's
+state is not at ``n``; ``rewind_fails`` makes llama.cpp refuse every snapshot. Token ids in
+``eog`` end a message.
 """
 
 from __future__ import annotations
@@ -19,7 +25,8 @@ import json
 
 class FakeKv:
     def __init__(self, n_swa_window: int | None = None, trim_fails: bool = False,
-                 recurrent: bool = False, rollback: int = 0) -> None:
+                 recurrent: bool = False, rollback: int = 0, rewind_fails: bool = False,
+                 eog: frozenset[int] = frozenset({2})) -> None:
         self.seqs: dict[int, list[int]] = {}  # seq -> positions held (0..n-1)
         self.window = n_swa_window  # emulate SWA pruning: keep only the last window
         self.trim_fails = trim_fails
@@ -30,6 +37,35 @@ class FakeKv:
         self.pending: dict[int, int] = {}  # seq -> where its next decode rolls the state back
         self.wrong: set[int] = set()  # seqs that decoded on a state from elsewhere
         self.last: dict[int, int] = {}  # seq -> tokens in its last decode (its snapshots)
+        self.rewind_fails = rewind_fails
+        self.eog = eog
+        self.rewinds: list[tuple[int, int, int | None]] = []  # (seq, n, src) restored
+
+    def is_eog(self, token: int) -> bool:
+        return token in self.eog
+
+    def state_get_partial(self, seq: int) -> bytes:
+        assert self.recurrent and seq not in self.pending
+        return json.dumps({"state": self.state.get(seq, 0), "wrong": seq in self.wrong,
+                           "pad": "x" * 100}).encode()
+
+    def seq_rewind(self, seq: int, n: int, data: bytes, src: int | None = None) -> bool:
+        self.ops.append(("rewind", seq, n, src))
+        if src is not None:
+            self.seqs[seq] = [p for p in self.seqs.get(src, []) if p < n]
+        if self.rewind_fails:
+            return False
+        loaded = json.loads(data)
+        self.pending.pop(seq, None)
+        self.wrong.discard(seq)
+        if loaded["state"] != n or self.held(seq) < n:
+            return False  # the restored state is not at n (llama.cpp: seq_pos_max)
+        self.state[seq] = n
+        if loaded["wrong"]:
+            self.wrong.add(seq)
+        self.seqs[seq] = [p for p in self.seqs.get(seq, []) if p < n]
+        self.rewinds.append((seq, n, src))
+        return True
 
     def held(self, seq: int) -> int:
         return len(self.seqs.get(seq, []))

@@ -2,8 +2,8 @@
 ``qwen35``), through real servers: every answer with the prefix cache on must equal the
 answer computed from scratch (``cache_prompt: false``), whatever was cached before, ran
 alongside, or was saved to disk by an earlier run. A recurrent state is one snapshot at a
-sequence's last position, so a cached sequence may serve a prompt only whole
-(``engine.caches.prefix_cache``).
+sequence's last position, so a cached sequence may serve a prompt only whole, or from a
+snapshot of its recurrent state taken during prefill (``engine.caches.prefix_cache``).
 
 The model is the tiny random-weight one of ``tests/make_hybrid_model.py`` (written into the
 model cache on first use).
@@ -135,6 +135,34 @@ def test_reused_prefixes_answer_as_from_scratch(model: Path, reference: Referenc
         server.stop()
 
 
+def test_snapshots_resume_part_of_a_cached_sequence(model: Path, reference: Reference,
+                                                    tmp_path: Path) -> None:
+    """Recurrent-state snapshots (``model.state_snapshots_max_bytes``): a prompt sharing
+    only part of a cached sequence resumes from a snapshot, and answers as from scratch."""
+    server = start_server(config(model, 4), tmp_path)
+    try:
+        p1 = chat(U1)
+        first = ask(server, p1)
+        assert_same(first, reference(p1), "fresh prompt")
+        again = ask(server, p1)  # identical: resumes one token before the end
+        assert_same(again, reference(p1), "the same prompt again")
+        assert again.cached > 0
+        p2 = chat(U2)  # another conversation, the same system prompt
+        branch = ask(server, p2)
+        assert_same(branch, reference(p2), "a second conversation")
+        assert branch.cached > 0
+        p3 = chat(U1, first.text, U3)  # an agent's next turn
+        turn = ask(server, p3)
+        assert_same(turn, reference(p3), "the next turn")
+        assert turn.cached > 0
+        p4 = chat(U1, first.text, "When exactly will it arrive in Hamburg?")  # retried
+        retry = ask(server, p4)
+        assert_same(retry, reference(p4), "a retried last turn")
+        assert retry.cached > 0
+    finally:
+        server.stop()
+
+
 def test_disk_cache_after_a_restart(model: Path, reference: Reference, tmp_path: Path) -> None:
     cfg = config(model, 4, disk_cache={"path": str(tmp_path / "disk"), "min_tokens": 32})
     p1 = chat(U1)
@@ -151,6 +179,8 @@ def test_disk_cache_after_a_restart(model: Path, reference: Reference, tmp_path:
         assert_same(turn, reference(p3), "multi-turn append from disk")
         assert turn.cached > 0
         for what, m in (("the stored prompt again", p1), ("a branch", chat(U2))):
-            assert_same(ask(server, m), reference(m), what)
+            got = ask(server, m)
+            assert_same(got, reference(m), what)
+            assert got.cached > 0, what  # from the snapshots saved with the entries
     finally:
         server.stop()

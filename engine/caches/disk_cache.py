@@ -18,7 +18,10 @@ directory first, and every process notices the others' new and removed files
 (the directory's mtime changes), so a prefix one replica saved is a hit on all.
 
 File layout: ``b"LLSC"``, u32 format version, u32 header length, JSON header
-``{key, n_tokens, state_bytes, crc32}``, int32 tokens, state bytes.
+``{key, n_tokens, state_bytes, snapshots, crc32}``, int32 tokens, state bytes, then the
+snapshot bytes (recurrent / hybrid models: the recurrent state at earlier positions,
+``snapshots`` = ``[[position, bytes], ...]`` in file order; see
+``engine.caches.snapshots``). The CRC covers tokens, state and snapshots.
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ from engine.metrics import EngineMetrics
 log = logging.getLogger("llamaserve.disk_cache")
 
 MAGIC = b"LLSC"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: snapshots after the state
 SUFFIX = ".lsc"
 _PREAMBLE = struct.Struct("<4sII")
 _MAX_HEADER = 1 << 16
@@ -92,6 +95,12 @@ class _Entry:
     n_tokens: int
     size: int
     last_used: float
+    snapshots: tuple[int, ...] = ()  # positions of the recurrent-state snapshots stored
+
+
+def _job_size(tokens: list[int], state: bytearray,
+              snapshots: tuple[tuple[int, bytes], ...]) -> int:
+    return len(state) + sum(len(d) for _, d in snapshots) + 4 * len(tokens) + 1024
 
 
 class _Corrupt(Exception):
@@ -130,7 +139,8 @@ class DiskCache:
         self._entries: dict[str, _Entry] = {}
         self._foreign: dict[str, _Entry] = {}  # other models' / builds' files (shared dir)
         self._queued: PrefixTree[str] = PrefixTree()  # saves not written yet
-        self._queue: queue.Queue[tuple[str, list[int], bytearray] | None] = queue.Queue()
+        self._queue: queue.Queue[tuple[str, list[int], bytearray,
+                                       tuple[tuple[int, bytes], ...]] | None] = queue.Queue()
         self._failing_until = 0.0  # after a failed write, saves are skipped until then
         self._dir_mtime = -1
         self._next_check = 0.0
@@ -232,7 +242,8 @@ class DiskCache:
                 tokens = array("i")
                 tokens.frombytes(f.read(4 * header["n_tokens"]))
             with self._lock:
-                self._add(path.name, tokens.tolist(), st.st_size, st.st_mtime)
+                self._add(path.name, tokens.tolist(), st.st_size, st.st_mtime,
+                          tuple(e[0] for e in header["snapshots"]))
         except FileNotFoundError:
             return
         except (OSError, _Corrupt, ValueError, KeyError, TypeError) as exc:
@@ -252,17 +263,23 @@ class DiskCache:
         if version != FORMAT_VERSION or header.get("key") != self.key:
             self.metrics.disk_rejected.labels("incompatible").inc()
             return None
-        expected = _PREAMBLE.size + header_len + 4 * header["n_tokens"] + header["state_bytes"]
+        snaps = header.setdefault("snapshots", [])
+        if not all(isinstance(e, list) and len(e) == 2 and 0 < e[0] < header["n_tokens"]
+                   and e[1] > 0 for e in snaps):
+            raise _Corrupt("bad snapshot table")
+        expected = _PREAMBLE.size + header_len + 4 * header["n_tokens"] + header["state_bytes"] \
+            + sum(e[1] for e in snaps)
         if os.fstat(f.fileno()).st_size != expected:
             raise _Corrupt("truncated")
         return header
 
-    def _add(self, name: str, tokens: list[int], size: int, last_used: float) -> None:
+    def _add(self, name: str, tokens: list[int], size: int, last_used: float,
+             snapshots: tuple[int, ...] = ()) -> None:
         """Index an entry (caller holds ``_lock``)."""
         if name in self._entries:
             return
         self._tree.insert(name, tokens)
-        self._entries[name] = _Entry(name, len(tokens), size, last_used)
+        self._entries[name] = _Entry(name, len(tokens), size, last_used, snapshots)
         self._update_gauges()
 
     def _drop(self, name: str) -> None:
@@ -346,16 +363,30 @@ class DiskCache:
                                           *self._queued.stored_prefixes(tokens)]), default=0)
         return len(tokens) - longest >= (self.min_tokens if min_new is None else min_new)
 
+    def snapshot_positions(self, name: str) -> tuple[int, ...]:
+        """Positions of the recurrent-state snapshots stored with entry ``name``."""
+        with self._lock:
+            entry = self._entries.get(name)
+            return entry.snapshots if entry is not None else ()
+
     def read(self, name: str, tokens: list[int]) -> bytearray | None:
         """The state bytes of entry ``name`` (which must hold ``tokens``), or None when the
         file is gone or damaged (then it is deleted and counted)."""
+        got = self.read_entry(name, tokens)
+        return None if got is None else got[0]
+
+    def read_entry(self, name: str, tokens: list[int]
+                   ) -> tuple[bytearray, dict[int, bytes]] | None:
+        """``read`` with the snapshots stored with the entry (position -> bytes)."""
         path = self.dir / name
         try:
             with open(path, "rb") as f:
                 header = self._read_header(f, path)
                 if header is None:
                     return None
-                body = bytearray(4 * header["n_tokens"] + header["state_bytes"])
+                table = [(int(p), int(k)) for p, k in header["snapshots"]]
+                body = bytearray(4 * header["n_tokens"] + header["state_bytes"]
+                                 + sum(k for _, k in table))
                 if f.readinto(body) != len(body):
                     raise _Corrupt("truncated")
             if zlib.crc32(body) != header["crc32"]:
@@ -378,16 +409,24 @@ class DiskCache:
                 entry.last_used = now
         with contextlib.suppress(OSError):
             os.utime(path, (now, now))
+        snapshots: dict[int, bytes] = {}
+        at = split + header["state_bytes"]
+        for pos, k in table:
+            snapshots[pos] = bytes(body[at : at + k])
+            at += k
+        del body[split + header["state_bytes"]:]
         del body[:split]
-        return body
+        return body, snapshots
 
     def hit(self) -> None:
         self.metrics.disk_hits.inc()
 
     # -- writing (background thread) --------------------------------------------------------
-    def put(self, tokens: list[int], state: bytearray) -> None:
-        """Queue a save; dropped (and counted) when the writer is too far behind."""
-        size = len(state) + 4 * len(tokens) + 1024
+    def put(self, tokens: list[int], state: bytearray,
+            snapshots: tuple[tuple[int, bytes], ...] = ()) -> None:
+        """Queue a save (with recurrent-state snapshots at earlier positions); dropped (and
+        counted) when the writer is too far behind."""
+        size = _job_size(tokens, state, snapshots)
         with self._lock:
             if size > self.max_bytes or self._pending + size > self._max_pending:
                 self.metrics.disk_dropped.inc()
@@ -395,7 +434,7 @@ class DiskCache:
             self._pending += size
             name = self._name(tokens)
             self._queued.insert(name, tokens)
-        self._queue.put((name, list(tokens), state))
+        self._queue.put((name, list(tokens), state, snapshots))
 
     def _write_loop(self) -> None:
         if sys.platform == "linux":  # per-thread nice: copying into the page cache yields to
@@ -406,14 +445,14 @@ class DiskCache:
             try:
                 if job is None:
                     return
-                name, tokens, state = job
+                name, tokens, state, snapshots = job
                 try:
-                    self._write(name, tokens, state)
+                    self._write(name, tokens, state, snapshots)
                 except OSError as exc:
                     self._write_failed(exc)
                 finally:
                     with self._lock:
-                        self._pending -= len(state) + 4 * len(tokens) + 1024
+                        self._pending -= _job_size(tokens, state, snapshots)
                         self._queued.remove(name)
             except Exception:
                 log.exception("disk cache write failed")
@@ -431,11 +470,17 @@ class DiskCache:
     def _name(self, tokens: list[int]) -> str:
         return hashlib.sha256(self.key.encode() + _tokens_bytes(tokens)).hexdigest()[:40] + SUFFIX
 
-    def _write(self, name: str, tokens: list[int], state: bytearray) -> None:
+    def _write(self, name: str, tokens: list[int], state: bytearray,
+               snapshots: tuple[tuple[int, bytes], ...] = ()) -> None:
         tok = _tokens_bytes(tokens)
+        crc = zlib.crc32(state, zlib.crc32(tok))
+        for _, data in snapshots:
+            crc = zlib.crc32(data, crc)
         header = json.dumps({"key": self.key, "n_tokens": len(tokens),
                              "state_bytes": len(state),
-                             "crc32": zlib.crc32(state, zlib.crc32(tok))}).encode()
+                             "snapshots": [[p, len(d)] for p, d in snapshots],
+                             "crc32": crc}).encode()
+        extra = sum(len(d) for _, d in snapshots)
         final = self.dir / name
         tmp = self.dir / f".tmp-{name}-{os.getpid()}-{threading.get_ident()}"
         with self._dir_lock():
@@ -443,20 +488,23 @@ class DiskCache:
             if name in self._entries:  # another process wrote the same sequence
                 return
             # room first, so the directory never holds more than max_bytes, even mid-write
-            self._evict(reserve=_PREAMBLE.size + len(header) + len(tok) + len(state))
+            self._evict(reserve=_PREAMBLE.size + len(header) + len(tok) + len(state) + extra)
             try:
                 with open(tmp, "wb") as f:
                     f.write(_PREAMBLE.pack(MAGIC, FORMAT_VERSION, len(header)))
                     f.write(header)
                     f.write(tok)
                     f.write(state)
+                    for _, data in snapshots:
+                        f.write(data)
                     f.flush()
                     os.fsync(f.fileno())
                 os.replace(tmp, final)
             finally:
                 _unlink(tmp)
             with self._lock:
-                self._add(name, tokens, final.stat().st_size, time.time())
+                self._add(name, tokens, final.stat().st_size, time.time(),
+                          tuple(p for p, _ in snapshots))
             self.metrics.disk_saves.inc()
             self._evict()
 

@@ -26,6 +26,18 @@ hand over the state at the source's last position); a disk entry is loaded only 
 is all a prefix of the prompt; a sequence whose state waits for a draft rollback (applied
 by its next decode) is neither copied, saved nor kept.
 
+Snapshots lift most of that (``engine.caches.snapshots``, ``model.state_snapshots_max_bytes``):
+at admission a request gets ``snapshot_at``, prompt positions agents come back to — the end
+of each message (right after an end-of-generation token such as ``<|im_end|>``: the first,
+the system prompt, and the last few), where the prompt diverged from every cached sequence,
+and one token before its end — and the scheduler ends a prefill chunk at each, so
+``committed`` copies the recurrent state (without the attention KV) right after that decode.
+A sequence sharing at least ``p`` tokens with a later prompt then serves it from its
+snapshot at ``p``: in place (the snapshot restored, the attention KV cut at ``p``) or by copy
+(the attention KV ``[0, p)`` copied, the snapshot restored into the copy). Snapshots are
+saved with the sequence's disk entry and serve a load from disk the same way. A snapshot
+llama.cpp refuses is dropped (logged, counted) and the prompt is evaluated.
+
 At least one prompt token is always evaluated, so there are logits to sample.
 The module is pure Python: llama.cpp is reached through ``KvOps``.
 """
@@ -39,6 +51,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from engine.caches.kv_ledger import KvLedger
 from engine.caches.prefix_tree import PrefixTree
+from engine.caches.snapshots import Snapshot, SnapshotStore
 from engine.request import Request
 
 if TYPE_CHECKING:
@@ -56,6 +69,10 @@ SHORT_CACHE = 256
 # A finished request's sequence (prompt + answer) is saved again when the answer adds this
 # many tokens to what is stored: the next turn of a conversation starts with the answer.
 ANSWER_MIN_SAVE = 16
+# Snapshots per prompt at message ends (besides the divergence point and the prompt's end):
+# the first message's (the system prompt) and the last few.
+SNAPSHOT_LAST_MESSAGES = 3
+SNAPSHOT_MIN_GAP = 16  # a snapshot this close before a later one is not worth its bytes
 
 
 class KvOps(Protocol):
@@ -69,6 +86,10 @@ class KvOps(Protocol):
     def seq_pos_min(self, seq: int) -> int: ...
     def state_get(self, seq: int) -> bytearray: ...
     def state_set(self, seq: int, data: bytearray) -> bool: ...
+    # snapshots (recurrent memory): the recurrent part only, and its restore
+    def state_get_partial(self, seq: int) -> bytes: ...
+    def seq_rewind(self, seq: int, n: int, data: bytes, src: int | None = None) -> bool: ...
+    def is_eog(self, token: int) -> bool: ...  # ends a message (snapshot positions)
 
 
 @dataclass(eq=False)
@@ -86,13 +107,16 @@ class _Match:
     slot: Slot | None = None
     usable: int = 0  # tokens that can be reused now
     wait: bool = False  # a busy slot is still computing a longer shared prefix
+    snap: Snapshot | None = None  # recurrent memory: usable through this snapshot
+    shared: int = 0  # the longest prefix any sequence shares with the prompt
 
 
 class PrefixCache:
     def __init__(self, n_seq: int, kv: KvOps, *, capacity: int, unified: bool = True,
                  n_swa: int = 0, disk: DiskCache | None = None,
                  metrics: EngineMetrics | None = None,
-                 disk_adapters: tuple[tuple[str, float], ...] = ()) -> None:
+                 disk_adapters: tuple[tuple[str, float], ...] = (),
+                 snapshot_bytes: int = 0) -> None:
         self.slots = [Slot(i) for i in range(n_seq)]
         self.kv = kv
         self.capacity = capacity
@@ -104,6 +128,8 @@ class PrefixCache:
         self.disk_adapters = disk_adapters  # the adapter set the disk cache's key covers
         self.ledger = KvLedger()
         self.recurrent = kv.recurrent  # one state per sequence: reused only whole
+        self.snaps = SnapshotStore(snapshot_bytes, metrics)  # ...or from a snapshot
+        self.snapshots_on = self.recurrent and snapshot_bytes > 0
         self._clock = itertools.count(1)
 
     def _tree(self, adapters: tuple[tuple[str, float], ...]) -> PrefixTree[int]:
@@ -134,6 +160,7 @@ class PrefixCache:
 
     def _evict(self, slot: Slot) -> None:
         self.kv.seq_clear(slot.seq_id)
+        self.snaps.clear(slot.seq_id)
         slot.rolled_back = False
         self.ledger.clear(slot.seq_id)
         self._tree(slot.adapters).remove(slot.seq_id)
@@ -180,6 +207,8 @@ class PrefixCache:
         r.seq_id = slot.seq_id
         r.num_computed = reused
         r.cached_tokens = reused
+        r.snapshot_at = self._snapshot_points(r, reused, match.shared) \
+            if self.snapshots_on and r.params.cache_prompt else []
         if self.metrics is not None and reused:
             self.metrics.prompt_tokens_cached.labels(source).inc(reused)
         return True
@@ -188,35 +217,45 @@ class PrefixCache:
         prompt = r.prompt
         limit = len(prompt) - 1  # at least one token is evaluated
         best = _Match()
-        longest_pending = 0
+        best_key = (0, False, False)
+        longest_pending = shared = 0
         for seq, common in self._tree(r.adapters).common_prefixes(prompt).items():
             if common <= 0:
                 continue
+            shared = max(shared, min(common, limit))
             slot = self.slots[seq]
-            usable = self._usable(slot, r.reusable(min(common, limit, len(slot.tokens))))
+            usable, snap = self._usable(slot, r.reusable(min(common, limit, len(slot.tokens))),
+                                        r)
             if slot.owner is not None and common > len(slot.tokens):
                 longest_pending = max(longest_pending, min(common, limit))
-            better = usable > best.usable or (
-                usable == best.usable and best.slot is not None
-                and best.slot.owner is not None and slot.owner is None)
-            if usable > 0 and better:
-                best = _Match(slot, usable)
+            # the most tokens; among equals the whole sequence (no restore), then a free one
+            key = (usable, snap is None, slot.owner is None)
+            if usable > 0 and key > best_key:
+                best, best_key = _Match(slot, usable, snap=snap), key
         # (a recurrent state passes the shared prefix mid-prefill: nothing to wait for)
         if not self.recurrent and longest_pending - best.usable >= WAIT_FOR_SOURCE_MIN:
             return _Match(wait=True)
-        return best
+        return _Match(best.slot, best.usable, snap=best.snap, shared=shared)
 
-    def _usable(self, slot: Slot, n: int) -> int:
+    def _usable(self, slot: Slot, n: int, r: Request | None = None
+                ) -> tuple[int, Snapshot | None]:
         """How much of ``n`` shared positions of ``slot`` can be reused. A recurrent state
-        only whole: ``n`` must be all the sequence holds. With sliding-window attention the
-        cache keeps only the last window of a long sequence; continuing at ``n`` needs the
-        window before ``n``."""
-        if self.recurrent and (n != len(slot.tokens) or slot.rolled_back):
-            return 0
+        only whole (``n`` must be all the sequence holds), or up to its furthest snapshot
+        within ``n``. With sliding-window attention the cache keeps only the last window
+        of a long sequence; continuing at ``n`` needs the window before ``n``."""
+        if self.recurrent:
+            if 0 < n == len(slot.tokens) and not slot.rolled_back:
+                return n, None
+            if not self.snapshots_on:
+                return 0, None
+            for pos in reversed(self.snaps.positions(slot.seq_id)):
+                if pos <= n and (r is None or r.reusable(pos) == pos):
+                    return pos, self.snaps.get(slot.seq_id, pos)
+            return 0, None
         if n <= 0 or self.n_swa <= 0:
-            return max(n, 0)
+            return max(n, 0), None
         pos_min = self.kv.seq_pos_min(slot.seq_id)
-        return n if 0 <= pos_min <= max(0, n - self.n_swa) else 0
+        return (n if 0 <= pos_min <= max(0, n - self.n_swa) else 0), None
 
     def _victim(self, keep: tuple[Slot, ...] = ()) -> Slot:
         """The free slot to clear: short cached content first, then an empty slot, then the
@@ -231,6 +270,8 @@ class PrefixCache:
             dst = self._victim()
             self._evict(dst)
             return dst, 0, ""
+        if m.snap is not None:
+            return self._from_snapshot(r, src, m.snap)
         in_place = src.owner is None and (2 * n >= len(src.tokens) or len(src.tokens) < SHORT_CACHE
                                           or len(self.free_slots()) == 1)
         diverges = n < len(src.tokens)
@@ -240,6 +281,7 @@ class PrefixCache:
                 self._evict(dst)  # llama.cpp cannot cut this memory (recurrent state)
                 return dst, 0, ""
             self.ledger.truncate(dst.seq_id, n)
+            self.snaps.truncate(dst.seq_id, n)
             self._tree(dst.adapters).remove(dst.seq_id)
         else:
             dst = self._victim(keep=(src,))
@@ -252,6 +294,76 @@ class PrefixCache:
         if diverges and (in_place or self.unified):
             self._save(dst)  # a prefix two prompts share is worth keeping across restarts
         return dst, n, "memory"
+
+    def _from_snapshot(self, r: Request, src: Slot, snap: Snapshot) -> tuple[Slot, int, str]:
+        """Continue at ``snap.pos`` of ``src``: in place, or in a copy of its first
+        ``snap.pos`` positions, with the recurrent state restored from the snapshot."""
+        n = snap.pos
+        # in place only when little is lost: past the snapshot, src's state is gone for good
+        # (its next turn could only resume from the snapshot too)
+        in_place = src.owner is None and (len(src.tokens) - n < SHORT_CACHE
+                                          or len(self.free_slots()) == 1)
+        dst = src if in_place else self._victim(keep=(src,))
+        if not in_place:
+            self._evict(dst)
+        if not self.kv.seq_rewind(dst.seq_id, n, snap.data, None if in_place else src.seq_id):
+            self._snapshot_failed(snap, f"sequence {src.seq_id}")
+            self._evict(dst)
+            return dst, 0, ""
+        if in_place:
+            self.ledger.truncate(dst.seq_id, n)
+            self.snaps.truncate(dst.seq_id, n)
+            self._tree(dst.adapters).remove(dst.seq_id)
+            dst.rolled_back = False
+        else:
+            self.ledger.copy(src.seq_id, dst.seq_id, n)
+            self.snaps.share(src.seq_id, dst.seq_id, n)
+        self.snaps.touch(snap)
+        dst.tokens = r.prompt[:n]
+        self._restored(n, "memory")
+        if in_place or self.unified:
+            self._save(dst)  # a prefix two prompts share is worth keeping across restarts
+        return dst, n, "memory"
+
+    def _restored(self, n: int, source: str) -> None:
+        if self.metrics is not None:
+            self.metrics.snapshots_restored.labels(source).inc()
+            self.metrics.snapshot_tokens_reused.inc(n)
+
+    def _snapshot_failed(self, snap: Snapshot, where: str) -> None:
+        log.warning("llama.cpp rejected the state snapshot at position %d of %s; dropped, "
+                    "the prompt is evaluated", snap.pos, where)
+        for seq in list(snap.holders):
+            self.snaps.drop(seq, snap.pos)
+        if self.metrics is not None:
+            self.metrics.snapshots_failed.inc()
+
+    def _snapshot_points(self, r: Request, start: int, shared: int) -> list[int]:
+        """Where ``r``'s prefill snapshots the recurrent state: after the first message and
+        the last few (an end-of-generation token ends a chat message), where the prompt
+        diverged from the cached sequences, and one token before the end; past ``start``,
+        never inside a media, not closer than SNAPSHOT_MIN_GAP before a later one."""
+        prompt, end = r.prompt, len(r.prompt) - 1
+        ends = [i + 1 for i in range(start, end) if prompt[i] >= 0 and self.kv.is_eog(prompt[i])]
+        points = {*ends[:1], *ends[-SNAPSHOT_LAST_MESSAGES:], shared, end}
+        kept: list[int] = []
+        for p in sorted((p for p in points if start < p <= end and r.reusable(p) == p),
+                        reverse=True):
+            if not kept or kept[-1] - p >= SNAPSHOT_MIN_GAP:
+                kept.append(p)
+        return kept[::-1]
+
+    def _take_snapshot(self, slot: Slot) -> None:
+        try:
+            data = self.kv.state_get_partial(slot.seq_id)
+        except Exception:  # a snapshot not taken costs a future cache hit, nothing else
+            log.exception("could not snapshot the state of sequence %d", slot.seq_id)
+            if self.metrics is not None:
+                self.metrics.snapshots_failed.inc()
+            return
+        if self.snaps.add(slot.seq_id, len(slot.tokens), data) is not None \
+                and self.metrics is not None:
+            self.metrics.snapshots_taken.inc()
 
     def _from_disk(self, r: Request, in_memory: int, reserved: int,
                    keep: tuple[Slot, ...]) -> tuple[Slot, int, str] | None:
@@ -266,13 +378,21 @@ class PrefixCache:
             if DISK_MIN_SHARE * len(stored) > shared:
                 continue  # mostly another conversation: loading it costs more than it saves
             n = r.reusable(min(shared, len(r.prompt) - 1))
+            rewind = False  # recurrent memory: cut back through a snapshot stored with it
             if self.recurrent and n < len(stored):
-                continue  # a recurrent state cannot be cut back
+                if not self.snapshots_on:
+                    continue  # a recurrent state cannot be cut back
+                n = max((p for p in self.disk.snapshot_positions(name)
+                         if p <= n and r.reusable(p) == p), default=0)
+                if n < in_memory + DISK_MIN_GAIN:
+                    continue
+                rewind = True
             if not self._room(len(stored) + 1, reserved, keep):
                 return None
-            data = self.disk.read(name, stored)
-            if data is None:
+            got = self.disk.read_entry(name, stored)
+            if got is None:
                 continue
+            data, snapshots = got
             dst = self._victim(keep)
             self._evict(dst)
             if not self.kv.state_set(dst.seq_id, data):
@@ -282,8 +402,22 @@ class PrefixCache:
                 continue
             self.ledger.append(dst.seq_id, len(stored))
             dst.tokens = list(stored)
-            if n < len(stored):  # diverges (or the whole prompt was stored): cut there
-                if self._usable(dst, n) < n or not self.kv.seq_trim(dst.seq_id, n):
+            if self.snapshots_on:
+                for pos in sorted(snapshots, key=lambda p: (p == n, p)):  # n's kept last
+                    self.snaps.add(dst.seq_id, pos, snapshots[pos])
+            if rewind:
+                snap = self.snaps.get(dst.seq_id, n)
+                if snap is None or not self.kv.seq_rewind(dst.seq_id, n, snap.data):
+                    if snap is not None:
+                        self._snapshot_failed(snap, f"disk cache entry {name}")
+                    self._evict(dst)
+                    continue
+                self.ledger.truncate(dst.seq_id, n)
+                self.snaps.truncate(dst.seq_id, n)
+                dst.tokens = dst.tokens[:n]
+                self._restored(n, "disk")
+            elif n < len(stored):  # diverges (or the whole prompt was stored): cut there
+                if self._usable(dst, n)[0] < n or not self.kv.seq_trim(dst.seq_id, n):
                     self._evict(dst)
                     return None
                 self.ledger.truncate(dst.seq_id, n)
@@ -298,6 +432,8 @@ class PrefixCache:
         slot.tokens.extend(tokens)
         slot.rolled_back = False
         self.ledger.append(r.seq_id, len(tokens))
+        if r.snapshot_at and len(slot.tokens) in r.snapshot_at:
+            self._take_snapshot(slot)
 
     def trim(self, r: Request, n: int) -> None:
         """Keep the first ``n`` tokens of ``r``'s sequence (rejected draft tokens go)."""
@@ -307,6 +443,7 @@ class PrefixCache:
         if not self.kv.seq_trim(slot.seq_id, n):
             raise RuntimeError("llama.cpp cannot remove rejected draft tokens from this memory")
         self.ledger.truncate(slot.seq_id, n)
+        self.snaps.truncate(slot.seq_id, n)
         del slot.tokens[n:]
         # llama.cpp restores a recurrent state's snapshot only in the sequence's next decode:
         # until then a copy of it (or its saved state) would have read the rejected tokens
@@ -327,7 +464,9 @@ class PrefixCache:
         if self.disk is not None and slot.adapters == self.disk_adapters \
                 and not slot.rolled_back and self.disk.wants(slot.tokens, min_new):
             try:
-                self.disk.put(slot.tokens, self.kv.state_get(slot.seq_id))
+                snaps = tuple((p, s.data) for p in self.snaps.positions(slot.seq_id)
+                              if p < len(slot.tokens) and (s := self.snaps.get(slot.seq_id, p)))
+                self.disk.put(slot.tokens, self.kv.state_get(slot.seq_id), snaps)
             except Exception:  # a failed save costs a future cache hit, nothing else
                 log.exception("could not serialize sequence %d for the disk cache", slot.seq_id)
 
