@@ -8,7 +8,9 @@ defaults) and drives it with bench/light_client.py in its own process at each co
 streaming and not: exactly ``--tokens`` tokens per request (``ignore_eos``), default
 sampling. Prints tokens/s, TTFT p50 and ITL p50 / p99 per server and the ratio
 llamaserve / llama-server, plus the client's CPU share (a client near 100% of a core would
-be the bottleneck: the row says so).
+be the bottleneck: the row says so) and the server's own CPU time per generated token
+(user + system, all its threads, from /proc): the cost that wall-clock figures hide when
+other work shares the machine.
 
     python bench/step_overhead.py --llama-server /tmp/llama-build/bin/llama-server
     python bench/step_overhead.py --model ~/.cache/llamaserve/gemma-3-270m-q4_k_m.gguf \\
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -67,6 +70,12 @@ def start_llama_server(binary: str, model: str, threads: int, ctx: int, tmp: Pat
     return proc, port
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process, all threads (``/proc/PID/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def drive(port: int, concurrency: int, tokens: int, requests: int, stream: bool
           ) -> dict[str, float]:
     cmd = [sys.executable, str(ROOT / "bench" / "light_client.py"), "--port", str(port),
@@ -76,18 +85,21 @@ def drive(port: int, concurrency: int, tokens: int, requests: int, stream: bool
     return dict(json.loads(done.stdout))
 
 
-def measure(name: str, port: int, levels: list[int], tokens: int, modes: list[str],
+def measure(name: str, pid: int, port: int, levels: list[int], tokens: int, modes: list[str],
             budget: int) -> list[dict[str, Any]]:
     drive(port, 4, 16, 1, True)  # warm-up
     rows = []
     for mode in modes:
         for c in levels:
             requests = max(2, budget // (c * tokens))  # about `budget` tokens per level
+            cpu = cpu_seconds(pid)
             r = drive(port, c, tokens, requests, mode == "stream")
+            cpu = cpu_seconds(pid) - cpu
             rows.append({"server": name, "mode": mode, "c": c, "tok/s": round(r["tok_s"], 1),
                          "TTFT p50 ms": round(r["ttft_p50"] * 1000, 1),
                          "ITL p50 ms": round(r["itl_p50"] * 1000, 2),
                          "ITL p99 ms": round(r["itl_p99"] * 1000, 2),
+                         "server CPU ms/token": round(cpu * 1000 / max(1, r["tokens"]), 3),
                          "client CPU": f"{r['client_cpu_share']:.0%}",
                          "errors": int(r["errors"])})
             print(rows[-1], file=sys.stderr)
@@ -117,7 +129,7 @@ def main() -> None:
                           start_llama_server(args.llama_server, model, args.threads, ctx,
                                              Path(tmp)))
             try:
-                rows += measure(name, port, levels, args.tokens, modes, args.budget)
+                rows += measure(name, proc.pid, port, levels, args.tokens, modes, args.budget)
             finally:
                 proc.terminate()
                 proc.wait(30)
@@ -132,7 +144,10 @@ def main() -> None:
                          if theirs[key]["TTFT p50 ms"] else "",
                          "ITL p50 ms": round(r["ITL p50 ms"] / theirs[key]["ITL p50 ms"], 2)
                          if theirs[key]["ITL p50 ms"] else "",
-                         "ITL p99 ms": "", "client CPU": "", "errors": ""})
+                         "ITL p99 ms": "",
+                         "server CPU ms/token": round(r["server CPU ms/token"] / theirs[key][
+                             "server CPU ms/token"], 2) if theirs[key]["server CPU ms/token"]
+                         else "", "client CPU": "", "errors": ""})
     report(rows, "step_overhead")
 
 
