@@ -152,11 +152,13 @@ def main(argv: list[str] | None = None) -> int:
     from engine.config import ModelConfig
 
     if TYPE_CHECKING:
-        from engine.core import Engine
+        from engine.handle import ModelHandle
 
-    def load_engine(cfg: ModelConfig) -> Engine:
-        """One model of the config: its files resolved, loaded, its engine built."""
+    def load_model(cfg: ModelConfig) -> ModelHandle:
+        """One model of the config: its files resolved, loaded, its engine built, and the
+        handle the API holds it by."""
         from engine.core import Engine
+        from engine.handle import ModelHandle
         from engine.model_source import resolve, resolve_file
         from engine.runner import Runner
 
@@ -171,25 +173,26 @@ def main(argv: list[str] | None = None) -> int:
                       for x in cfg.loras}
         runner = Runner(path, cfg)
         try:
-            return Engine(runner, cfg, disk_cache=config.disk_cache_for(cfg),
-                          draft_path=draft_path, mmproj_path=mmproj_path, lora_paths=lora_paths)
+            return ModelHandle(Engine(runner, cfg, disk_cache=config.disk_cache_for(cfg),
+                                      draft_path=draft_path, mmproj_path=mmproj_path,
+                                      lora_paths=lora_paths))
         except BaseException:
             runner.close()
             raise
 
     # the first model loads (in llama.cpp, without the GIL) while the HTTP side imports
-    first: Future[Engine] = Future()
+    first: Future[ModelHandle] = Future()
 
     def load_first() -> None:
         try:
-            first.set_result(load_engine(config.model))
+            first.set_result(load_model(config.model))
         except BaseException as exc:
             first.set_exception(exc)
 
     threading.Thread(target=load_first, name="llamaserve-load", daemon=True).start()
 
-    from api.app import build_app
-    from api.lifecycle import Lifecycle, run
+    from api.web.app import build_app
+    from api.web.lifecycle import Lifecycle, run
     from engine.media.projector import ProjectorError
     from engine.model_source import ModelSourceError
     from engine.runner import ModelLoadError
@@ -197,11 +200,11 @@ def main(argv: list[str] | None = None) -> int:
     def load_app() -> Starlette:
         try:
             return build_app(config, first.result(), manage_engine=False,
-                             load_engine=load_engine)
+                             load_model=load_model)
         except (ModelSourceError, ModelLoadError, ProjectorError, ValueError, OSError) as exc:
             raise RuntimeError(str(exc)) from exc
 
-    from api.connections import ConnectionLimits, guarded_protocol
+    from api.web.connections import ConnectionLimits, guarded_protocol
 
     server = config.server
     http = guarded_protocol(ConnectionLimits(max_connections=server.max_connections,

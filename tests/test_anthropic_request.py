@@ -8,9 +8,9 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from api.anthropic_request import parse_messages_request
-from api.errors import APIError
-from api.params import Body
+from api.anthropic.request import parse_messages_request
+from api.web.errors import APIError
+from api.web.params import Body
 
 
 def test_blocks_become_the_chat_conversation() -> None:

@@ -1,4 +1,4 @@
-"""api/body.py: every class of hostile body is a 400/413 APIError naming its limit; valid
+"""api/web/body.py: every class of hostile body is a 400/413 APIError naming its limit; valid
 bodies decode as json.loads would. Pure (no model)."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from api.body import BodyLimits, decode, decode_object
-from api.errors import APIError
+from api.web.body import BodyLimits, decode, decode_object
+from api.web.errors import APIError
 
 LIMITS = BodyLimits(max_bytes=1 << 20, max_depth=8, max_string=100, max_items=50,
                     max_number=30)

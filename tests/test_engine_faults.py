@@ -18,10 +18,11 @@ import pytest
 from starlette.testclient import TestClient
 from websockets.sync.client import connect as ws_connect
 
-from api.app import build_app
+from api.web.app import build_app
 from conftest import ROOT, free_port, gemma_config
 from engine.config import parse
 from engine.core import Engine
+from engine.handle import ModelHandle
 from engine.runner import Runner
 
 
@@ -30,7 +31,8 @@ def app_client() -> Iterator[tuple[TestClient, Engine]]:
     config = parse(gemma_config(n_seq_max=4, n_ctx=1024))
     assert config.model.path is not None
     engine = Engine(Runner(config.model.path, config.model), config.model)
-    with TestClient(build_app(config, engine), raise_server_exceptions=False) as client:
+    with TestClient(build_app(config, ModelHandle(engine)),
+                    raise_server_exceptions=False) as client:
         yield client, engine
     engine.runner.close()
 

@@ -1,4 +1,4 @@
-"""api/media_fetch.py against real local servers (http.server threads on 127.0.0.1 and
+"""api/media/fetch.py against real local servers (http.server threads on 127.0.0.1 and
 127.0.0.2, one of them TLS), real files and real sockets — no mock of httpx. Every refusal is a
 MediaError naming the problem; private addresses are refused before any connection; the
 address checked is the one connected to; the size limit stops reading early; one deadline
@@ -34,8 +34,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import media_samples as samples
-from api import media_fetch
-from api.media_fetch import (
+from api.media import fetch as media_fetch
+from api.media.fetch import (
     MediaBytes,
     MediaError,
     MediaPolicy,

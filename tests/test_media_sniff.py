@@ -1,4 +1,4 @@
-"""api/media_sniff.py: media type from magic bytes, never from a name or a declared type;
+"""api/media/sniff.py: media type from magic bytes, never from a name or a declared type;
 short or foreign bytes are None, and ``describe`` names them for error messages; the sizes
 the decoders will allocate are read from the header alone (bombs included). Pure."""
 
@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import media_samples as samples
-from api.media_sniff import (
+from api.media.sniff import (
     DECODABLE,
     MAX_JPEG_SCANS,
     PNG_SLACK,

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from api.params import Body
-from api.response_events import ResponseBuilder
-from api.responses_request import parse_request
+from api.responses.events import ResponseBuilder
+from api.responses.request import parse_request
+from api.web.params import Body
 from conftest import load_config
 from parsers.message_stream import MessageStream
 from parsers.response_schema import stream_layout

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from api.response_store import DirectoryResponseStore, MemoryResponseStore, ResponseStore
+from api.responses.store import DirectoryResponseStore, MemoryResponseStore, ResponseStore
 
 
 def run(coro: Any) -> Any:
@@ -87,7 +87,7 @@ def test_a_damaged_file_is_a_miss_and_is_removed(tmp_path: Path) -> None:
 WRITER = """
 import asyncio, sys
 sys.path.insert(0, sys.argv[1])
-from api.response_store import DirectoryResponseStore
+from api.responses.store import DirectoryResponseStore
 store = DirectoryResponseStore(sys.argv[2], 40, 1 << 20, 0)
 async def main():
     for i in range(60):

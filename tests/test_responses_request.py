@@ -9,11 +9,11 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from api.errors import APIError
-from api.messages import parse_messages
-from api.params import Body
-from api.reasoning_seal import ReasoningSeal
-from api.responses_request import LOCAL_SHELL, parse_request
+from api.chat.messages import parse_messages
+from api.responses.reasoning_seal import ReasoningSeal
+from api.responses.request import LOCAL_SHELL, parse_request
+from api.web.errors import APIError
+from api.web.params import Body
 
 
 def test_tools_of_every_kind_map_to_functions_and_back() -> None:

@@ -1,11 +1,11 @@
-"""The session key a load balancer hashes (api.session): where it comes from, which wins,
+"""The session key a load balancer hashes (api.web.session): where it comes from, which wins,
 and which keys travel inside response ids."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from api.session import key_in_response_id, response_id, session_key
+from api.web.session import key_in_response_id, response_id, session_key
 
 
 def scope(**headers: str) -> dict[str, Any]:

@@ -1,0 +1,1 @@
+"""Anthropic's messages API (``/v1/messages``) over the chat path."""

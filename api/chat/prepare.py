@@ -1,0 +1,79 @@
+"""The chat path that chat completions, the Responses API and Anthropic's messages share:
+render the conversation with the model's template, tokenize it (with its media), build
+and check the grammar its tools or response format ask for."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from api.chat.messages import render
+from api.chat.tools import OutputRules, build_grammar
+from api.media.parts import MediaRefs
+from api.media.parts import load as load_media
+from api.media.parts import tokenize as tokenize_media
+from api.web.errors import APIError, invalid
+from api.web.state import ModelState
+from engine.grammar import GrammarError
+from engine.handle import MediaInput, ModelHandle
+from engine.media.spans import MediaSpan
+from engine.request import SamplingParams
+from parsers.chat_template import ChatTemplate, TemplateError
+from parsers.response_schema import StreamLayout
+
+_Media = tuple[MediaRefs, list[MediaInput]]
+log = logging.getLogger("llamaserve.chat")
+
+
+@dataclass(frozen=True)
+class Prepared:
+    prompt: list[int]
+    params: SamplingParams
+    in_reasoning: bool  # the template opened a reasoning block in the prompt
+    media: tuple[MediaSpan, ...] = ()
+
+
+def _prepare(model: ModelHandle, template: ChatTemplate, layout: StreamLayout,
+             messages: list[dict[str, Any]], rules: OutputRules, extra: dict[str, Any],
+             params: SamplingParams, media: _Media | None = None) -> Prepared:
+    """Render, tokenize and build the grammar: the blocking part, on the prepare pool."""
+    text, tokens = render(model, template, messages, rules.tools or None, extra)
+    spans: tuple[MediaSpan, ...] = ()
+    if media is not None:
+        refs, inputs = media
+        bos = model.special_token_text("bos")
+        add_bos = model.adds_bos and bool(bos) and not text.startswith(bos)
+        mp = tokenize_media(model, refs, inputs, text, add_bos)
+        tokens, spans = mp.tokens, mp.media
+    opener = layout.reasoning_start
+    in_reasoning = bool(opener and layout.reasoning_end and text.rstrip().endswith(opener))
+    grammar = build_grammar(rules, layout, in_reasoning)
+    if grammar is not None and grammar.relaxed:
+        log.debug("schema bounds relaxed: %s", "; ".join(grammar.relaxed))
+    if grammar is not None:
+        params = dataclasses.replace(params, grammar=grammar.text,
+                                     grammar_triggers=grammar.lazy_patterns)
+        model.check_grammar(params)
+    return Prepared(tokens, params, in_reasoning, spans)
+
+
+async def prepare(state: ModelState, messages: list[dict[str, Any]], rules: OutputRules,
+                  extra: dict[str, Any], params: SamplingParams, *, messages_param: str,
+                  format_param: str, media: MediaRefs | None = None) -> Prepared:
+    """Load the request's media, then ``_prepare`` on the pool; template and grammar
+    problems become 400s naming the request's own fields (chat and Responses name them
+    differently)."""
+    loaded: _Media | None = None
+    if media is not None and media.refs:
+        assert state.model.media is not None and state.media_policy is not None
+        loaded = (media, await load_media(media, state.media_policy))
+    try:
+        return await state.client.run(_prepare, state.model, state.template, state.layout,
+                                      messages, rules, extra, params, loaded)
+    except TemplateError as exc:
+        raise APIError(str(exc), param=messages_param, code="template_error") from None
+    except (GrammarError, ValueError) as exc:
+        tools = getattr(exc, "tools", False) or not rules.json_mode
+        raise invalid("tools" if tools else format_param, str(exc)) from None

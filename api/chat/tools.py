@@ -1,0 +1,109 @@
+"""``tools``, ``tool_choice``, ``parallel_tool_calls`` and ``response_format``: validation,
+and the grammar that makes a forced tool call or a JSON answer a guarantee."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from api.web.errors import invalid
+from api.web.params import Body
+from engine.grammar import (
+    Grammar,
+    bare_call_grammar,
+    json_grammar,
+    tool_call_grammar,
+    xml_tool_call_grammar,
+)
+from parsers.response_schema import StreamLayout
+
+
+@dataclass(frozen=True)
+class OutputRules:
+    tools: list[dict[str, Any]]  # offered to the template and the parser ([] = none)
+    choice: str = "auto"  # "auto", "none", "required", or "function"
+    function: str | None = None  # the forced function's name
+    parallel: bool = True
+    json_schema: dict[str, Any] | None = None  # response_format json_object / json_schema
+    json_mode: bool = False
+
+
+def _check_tools(raw: Any) -> list[dict[str, Any]]:
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise invalid("tools", "'tools' must be a list")
+    for i, tool in enumerate(raw):
+        fn = tool.get("function") if isinstance(tool, dict) else None
+        if not isinstance(tool, dict) or tool.get("type", "function") != "function" or \
+                not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not fn["name"]:
+            raise invalid(f"tools[{i}]", "each tool must be {\"type\": \"function\", "
+                          "\"function\": {\"name\": ..., \"parameters\": {...}}}")
+        params = fn.get("parameters")
+        if params is not None and not isinstance(params, dict):
+            raise invalid(f"tools[{i}].function.parameters", "'parameters' must be an object")
+    return list(raw)
+
+
+def parse_rules(body: Body) -> OutputRules:
+    tools = _check_tools(body.data.get("tools"))
+    choice_raw = body.data.get("tool_choice", "auto" if tools else "none")
+    function = None
+    if choice_raw in ("auto", "none", "required"):
+        choice = str(choice_raw)
+    elif isinstance(choice_raw, dict) and isinstance(choice_raw.get("function"), dict):
+        choice, function = "function", choice_raw["function"].get("name")
+        if function not in {t["function"]["name"] for t in tools}:
+            raise invalid("tool_choice", f"tool_choice names function {function!r}, which is "
+                          "not in 'tools'")
+    else:
+        raise invalid("tool_choice", "'tool_choice' must be 'none', 'auto', 'required' or "
+                      "{\"type\": \"function\", \"function\": {\"name\": ...}}")
+    if choice in ("required", "function") and not tools:
+        raise invalid("tool_choice", f"tool_choice {choice_raw!r} needs 'tools'")
+    parallel = body.boolean("parallel_tool_calls", True)
+    fmt = body.obj("response_format")
+    schema, json_mode = None, False
+    kind = (fmt or {}).get("type", "text")
+    if kind == "json_object":
+        json_mode = True
+    elif kind == "json_schema":
+        spec = (fmt or {}).get("json_schema")
+        if not isinstance(spec, dict) or not isinstance(spec.get("schema", {}), dict):
+            raise invalid("response_format", "json_schema needs {\"name\": ..., \"schema\": {...}}")
+        schema, json_mode = spec.get("schema") or {"type": "object"}, True
+    elif kind != "text":
+        raise invalid("response_format", "'response_format.type' must be 'text', "
+                      "'json_object' or 'json_schema'")
+    if choice == "none":
+        tools = []
+    return OutputRules(tools, choice, function, parallel, schema, json_mode)
+
+
+def build_grammar(rules: OutputRules, layout: StreamLayout, in_reasoning: bool
+                  ) -> Grammar | None:
+    """The grammar for these rules (None: unconstrained). Runs on the prepare pool."""
+    forced = rules.choice in ("required", "function")
+    if rules.tools and (forced or rules.choice == "auto"):
+        tools = [t for t in rules.tools if rules.function in (None, t["function"]["name"])]
+        if layout.call_start and layout.call_end:
+            build = tool_call_grammar if _json_calls(layout) else xml_tool_call_grammar
+            return build(tools, layout.call_start, layout.call_end, parallel=rules.parallel,
+                         lazy=not forced)
+        if forced and not layout.call_start:
+            # no call markup in this family: a bare {"name", "arguments"} object, which the
+            # response parser reads as a call when tools were offered
+            return bare_call_grammar(tools)
+    if rules.json_mode:
+        after = layout.reasoning_end if in_reasoning else None
+        return json_grammar(rules.json_schema, after=after)
+    return None
+
+
+def _json_calls(layout: StreamLayout) -> bool:
+    """Whether a call block holds JSON (Hermes style) rather than XML-like markup."""
+    schema = layout.call_schema or {}
+    if schema.get("x-parser") == "json":
+        return True
+    fn = schema.get("properties", {}).get("function", {})
+    return isinstance(fn, dict) and fn.get("x-parser") == "json"

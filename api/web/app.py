@@ -1,0 +1,241 @@
+"""The Starlette application: routes, error handlers, and the engine's lifespan."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route, WebSocketRoute
+
+from api.anthropic.routes import count_tokens, create_message
+from api.openai.chat import create_chat_completion
+from api.openai.completions import create_completion
+from api.openai.embeddings import create_embedding
+from api.openai.infill import infill
+from api.openai.tokenize import detokenize, tokenize
+from api.responses.reasoning_seal import ReasoningSeal
+from api.responses.routes import create_response, delete_response, get_response
+from api.responses.store import open_response_store
+from api.responses.websocket import responses_websocket
+from api.web.engine_client import EngineClient
+from api.web.errors import APIError, api_error_handler, http_error_handler, unhandled_error_handler
+from api.web.gate import Gate, HttpMetrics
+from api.web.lora import adapter_scale
+from api.web.playground import playground
+from api.web.registry import ModelRegistry
+from api.web.state import ModelState, ServerState
+from engine.config import Config, ModelConfig
+from engine.handle import ModelHandle
+from parsers.chat_template import ChatTemplate, TemplateError
+from parsers.response_schema import SchemaError, StreamLayout, stream_layout
+
+
+def load_layout(cfg: ModelConfig) -> StreamLayout:
+    schema = cfg.response_schema
+    if not schema:
+        return StreamLayout()  # everything the model writes is content
+    try:
+        return stream_layout(schema)
+    except SchemaError as exc:
+        raise ValueError(f"model.response_schema: {exc}") from exc
+
+
+def marker_tokens(model: ModelHandle, layout: StreamLayout) -> frozenset[int]:
+    """Control tokens whose text a marker needs (rendered for the parser; other control
+    tokens, such as end-of-turn, never reach the text)."""
+    ids = set()
+    for marker in (layout.reasoning_start, layout.reasoning_end, layout.call_start,
+                   layout.call_end):
+        if marker:
+            for token in model.tokenize(marker, add_special=False, parse_special=True):
+                if not model.piece(token) and model.piece(token, special=True):
+                    ids.add(token)
+    return frozenset(ids)
+
+
+async def list_models(request: Request) -> Response:
+    server: ServerState = request.app.state.llama
+    data = []
+    for entry in server.registry.entries.values():
+        cfg, state = entry.config, entry.state
+        meta: dict[str, Any] = {"loaded": state is not None}
+        if state is not None:
+            model = state.model
+            meta.update(n_ctx=model.n_ctx, n_ctx_seq=model.n_ctx_seq,
+                        n_seq_max=model.n_seq_max)
+            media = model.media
+            if media is not None:
+                meta["input_modalities"] = ["text", *(["image"] if media.vision else []),
+                                            *(["audio"] if media.audio else [])]
+        if cfg.loras:
+            meta["lora"] = [{"id": i, "name": x.name, "scale": x.scale}
+                            for i, x in enumerate(cfg.loras)]
+        data.append({"id": entry.name, "object": "model", "created": server.created,
+                     "owned_by": "llamaserve", "meta": meta})
+        # one entry per adapter, as vLLM lists them: naming it as the model applies it
+        data += [{"id": x.name, "object": "model", "created": server.created,
+                  "owned_by": "llamaserve", "root": entry.name, "parent": entry.name,
+                  "meta": {"lora": {"id": i, "scale": adapter_scale(x)}}}
+                 for i, x in enumerate(cfg.loras)]
+    return JSONResponse({"object": "list", "data": data})
+
+
+async def healthz(request: Request) -> Response:
+    server: ServerState = request.app.state.llama
+    for state in server.registry.loaded_states():
+        model = state.model
+        if not model.alive and model.failure is not None:
+            return JSONResponse({"status": "error", "model": state.model_name,
+                                 "reason": model.failure}, status_code=503)
+    if server.gate.draining:
+        return JSONResponse({"status": "draining"}, status_code=503)
+    return JSONResponse({"status": "ok", "model": server.registry.first})
+
+
+async def metrics(request: Request) -> Response:
+    server: ServerState = request.app.state.llama
+    return Response(server_metrics(server), media_type=CONTENT_TYPE_LATEST)
+
+
+def server_metrics(server: ServerState) -> bytes:
+    """One model: its engine's registry (which also holds the HTTP metrics), as always.
+    Several: the server's HTTP metrics, then every loaded engine's series with a
+    ``model`` label, and ``llamaserve_model_loaded``."""
+    if not server.config.several:
+        first = server.registry.loaded(server.registry.first)
+        return generate_latest(server.http_registry if first is None
+                               else first.model.metrics_registry)
+    out = [generate_latest(server.http_registry).decode()]
+    seen: set[str] = set()
+    lines = ["# HELP llamaserve_model_loaded Whether the model is loaded (1) or not (0).",
+             "# TYPE llamaserve_model_loaded gauge"]
+    for entry in server.registry.entries.values():
+        loaded = int(entry.state is not None)
+        lines.append(f'llamaserve_model_loaded{{model="{_escape(entry.name)}"}} {loaded}')
+        if entry.state is None:
+            continue
+        text = generate_latest(entry.state.model.metrics_registry).decode()
+        for line in text.splitlines():
+            if line.startswith("#"):
+                if line not in seen:
+                    seen.add(line)
+                    lines.append(line)
+                continue
+            name, _, rest = line.partition(" ")
+            label = f'model="{_escape(entry.name)}"'
+            name = name.replace("{", "{" + label + ",", 1) if "{" in name \
+                else f"{name}{{{label}}}"
+            lines.append(f"{name} {rest}")
+    out.append("\n".join(lines) + "\n")
+    return "".join(out).encode()
+
+
+def _escape(label: str) -> str:
+    return label.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def load_template(cfg: ModelConfig, model: ModelHandle) -> ChatTemplate | None:
+    source = cfg.chat_template or model.chat_template()
+    if not source:
+        return None
+    try:
+        return ChatTemplate(source, bos_token=model.special_token_text("bos"),
+                            eos_token=model.special_token_text("eos"))
+    except TemplateError as exc:
+        raise ValueError(f"model.chat_template: {exc}") from exc
+
+
+def model_state(server: ServerState, cfg: ModelConfig, model: ModelHandle) -> ModelState:
+    """A loaded model as handlers see it: its engine client, template and layout."""
+    s = server.config.server
+    client = EngineClient(model, workers=s.prepare_workers, max_queue=s.max_queue,
+                          request_timeout=s.request_timeout, max_buffered=s.max_buffered_steps)
+    state = ModelState(server, cfg, client, template=load_template(cfg, model),
+                       layout=load_layout(cfg))
+    model.render_special(marker_tokens(model, state.layout))
+    _ = state.media_policy  # a bad model.mtmd domain or network fails the load here
+    return state
+
+
+def build_app(config: Config, model: ModelHandle, manage_engine: bool = True,
+              load_model: Callable[[ModelConfig], ModelHandle] | None = None) -> Starlette:
+    """The Starlette app around the first model (already loaded: its engine's handle);
+    ``load_model`` loads the others of a ``models`` list on demand. With
+    ``manage_engine`` its lifespan starts and stops the engines; ``api.web.lifecycle`` does
+    that itself (the model loads after the port opens)."""
+    server = ServerState(config=config, registry=None,  # type: ignore[arg-type]
+                         responses=open_response_store(
+                             config.server.responses_store_path,
+                             config.server.responses_store_max,
+                             config.server.responses_store_max_bytes,
+                             config.server.responses_store_ttl),
+                         seal=ReasoningSeal(config.server.reasoning_key
+                                            or os.environ.get("LLAMASERVE_REASONING_KEY"),
+                                            config.model.served_name()))
+
+    def load(cfg: ModelConfig) -> ModelState:
+        if load_model is None:
+            raise RuntimeError("this server was built without a model loader")
+        return model_state(server, cfg, load_model(cfg))
+
+    server.registry = ModelRegistry(config, load)
+    server.registry.adopt(model_state(server, config.model, model))
+    # HTTP metrics: in the engine's registry with one model (as before), else the server's
+    server.http_registry = model.metrics_registry if not config.several \
+        else CollectorRegistry()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        if manage_engine:
+            server.start()
+        try:
+            yield
+        finally:
+            if manage_engine:
+                server.registry.stop()
+
+    routes = [
+        Route("/v1/completions", create_completion, methods=["POST"]),
+        Route("/", playground, methods=["GET"]),
+        Route("/infill", infill, methods=["POST"]),
+        Route("/v1/messages", create_message, methods=["POST"]),
+        Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]),
+        Route("/v1/embeddings", create_embedding, methods=["POST"]),
+        Route("/v1/responses", create_response, methods=["POST"]),
+        WebSocketRoute("/v1/responses", responses_websocket),
+        Route("/v1/responses/{response_id}", get_response, methods=["GET"]),
+        Route("/v1/responses/{response_id}", delete_response, methods=["DELETE"]),
+        Route("/v1/chat/completions", create_chat_completion, methods=["POST"]),
+        Route("/v1/models", list_models, methods=["GET"]),
+        Route("/v1/tokenize", tokenize, methods=["POST"]),
+        Route("/v1/detokenize", detokenize, methods=["POST"]),
+        Route("/healthz", healthz, methods=["GET"]),
+        Route("/health", healthz, methods=["GET"]),
+        Route("/metrics", metrics, methods=["GET"]),
+    ]
+    middleware = []
+    if config.server.cors is not None:
+        cors = config.server.cors
+        middleware.append(Middleware(
+            CORSMiddleware, allow_origins=list(cors.allow_origins),
+            allow_methods=list(cors.allow_methods), allow_headers=list(cors.allow_headers),
+            allow_credentials=cors.allow_credentials))
+    middleware.append(Middleware(Gate, cfg=config.server,
+                                 metrics=HttpMetrics(server.http_registry), state=server.gate))
+    app = Starlette(routes=routes, lifespan=lifespan, middleware=middleware,
+                    exception_handlers={
+        APIError: api_error_handler,
+        HTTPException: http_error_handler,
+        Exception: unhandled_error_handler,
+    })
+    app.state.llama = server
+    return app
