@@ -345,13 +345,16 @@ class PrefixCache:
         never inside a media, not closer than SNAPSHOT_MIN_GAP before a later one."""
         prompt, end = r.prompt, len(r.prompt) - 1
         ends = [i + 1 for i in range(start, end) if prompt[i] >= 0 and self.kv.is_eog(prompt[i])]
-        points = {*ends[:1], *ends[-SNAPSHOT_LAST_MESSAGES:], shared, end}
+        # most useful first: the first message (a new conversation with the same system
+        # prompt), where the prompt left a cached one, the prompt's end (the same prompt
+        # again), then the last messages (an agent's retried turn); a point closer than
+        # SNAPSHOT_MIN_GAP to a more useful one is left out
         kept: list[int] = []
-        for p in sorted((p for p in points if start < p <= end and r.reusable(p) == p),
-                        reverse=True):
-            if not kept or kept[-1] - p >= SNAPSHOT_MIN_GAP:
+        for p in (*ends[:1], shared, end, *reversed(ends[-SNAPSHOT_LAST_MESSAGES:])):
+            if start < p <= end and r.reusable(p) == p and all(
+                    abs(p - q) >= SNAPSHOT_MIN_GAP for q in kept):
                 kept.append(p)
-        return kept[::-1]
+        return sorted(kept)
 
     def _take_snapshot(self, slot: Slot) -> None:
         try:
