@@ -27,7 +27,13 @@ def _request(port: int, body: bytes) -> bytes:
 
 
 async def _headers(reader: asyncio.StreamReader) -> tuple[int, dict[bytes, bytes]]:
-    status = int((await reader.readline()).split(b" ", 2)[1])
+    """The status and headers; EOFError if the server closed the connection."""
+    line = b"\r\n"
+    while line == b"\r\n":  # a stray line end left after the previous body
+        line = await reader.readline()
+    if not line:
+        raise EOFError
+    status = int(line.split(b" ", 2)[1])
     headers = {}
     while (line := await reader.readline()) not in (b"\r\n", b""):
         key, _, value = line.partition(b":")
@@ -65,7 +71,14 @@ async def client(port: int, body: bytes, stream: bool, requests: int, tokens: in
         for _ in range(requests):
             started = time.perf_counter()
             writer.write(raw)
-            status, headers = await _headers(reader)
+            try:
+                status, headers = await _headers(reader)
+            except (EOFError, ConnectionError):  # closed after the last response: reconnect
+                writer.close()
+                reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                started = time.perf_counter()
+                writer.write(raw)
+                status, headers = await _headers(reader)
             last = None
             events = 0
             tail = b""

@@ -43,12 +43,13 @@ from report import report  # noqa: E402
 N_SEQ = 64
 
 
-def start_llamaserve(model: str, threads: int, ctx: int, tmp: Path) -> tuple[Any, int]:
+def start_llamaserve(model: str, threads: int, ctx: int, tmp: Path,
+                     extra: dict[str, Any] | None = None) -> tuple[Any, int]:
     port = _port()
     cfg = {"server": {"host": "127.0.0.1", "port": port, "log_level": "warning",
                       "max_queue": 1024},
            "model": {"path": model, "alias": "tiny", "n_ctx": ctx, "n_seq_max": N_SEQ,
-                     "threads": threads, "threads_batch": threads}}
+                     "threads": threads, "threads_batch": threads, **(extra or {})}}
     path = tmp / "llamaserve.json"
     path.write_text(json.dumps(cfg))
     log = (tmp / "llamaserve.log").open("wb")
@@ -116,15 +117,18 @@ def main() -> None:
     ap.add_argument("--budget", type=int, default=16384, help="tokens generated per level")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--servers", default="llamaserve,llama-server")
+    ap.add_argument("--set", action="append", default=[], metavar="FIELD=JSON",
+                    help="a model config field for llamaserve, e.g. kv_unified=false")
     args = ap.parse_args()
     model = args.model or str(write_tiny_model())
     levels = [int(c) for c in args.concurrency.split(",")]
     modes = args.modes.split(",")
     ctx = N_SEQ * (args.tokens + 64)
+    extra = {k: json.loads(v) for k, v in (item.split("=", 1) for item in args.set)}
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.servers.split(","):
-            proc, port = (start_llamaserve(model, args.threads, ctx, Path(tmp))
+            proc, port = (start_llamaserve(model, args.threads, ctx, Path(tmp), extra)
                           if name == "llamaserve" else
                           start_llama_server(args.llama_server, model, args.threads, ctx,
                                              Path(tmp)))

@@ -21,6 +21,7 @@ import numpy as np
 
 from engine.backends.rpc import RpcBackend, RpcError
 from engine.backends.rpc import log as rpc_log
+from engine.backends.threadpool import attach as attach_threadpools
 from engine.config import ModelConfig
 from engine.media.spans import MediaSpan, is_media_token, span_at
 from engine.request import SamplingParams, TokenLogprob
@@ -148,6 +149,8 @@ class Runner:
         self.n_vocab = int(L.llama_vocab_n_tokens(self.vocab))
         self.embedding_only = self._embedding_model(cfg)
         self.ctx = self.new_context(cfg, embeddings=self.embedding_only)
+        # one persistent CPU threadpool, as llama-server has (not one made per decode)
+        self.threadpools = attach_threadpools(self.ctx, cfg.threads, cfg.n_threads_batch)
         self.mem = L.llama_get_memory(self.ctx)
         self.n_ctx = int(L.llama_n_ctx(self.ctx))
         self.n_ctx_seq = int(L.llama_n_ctx_seq(self.ctx))
@@ -310,6 +313,9 @@ class Runner:
         if self.ctx:
             L.llama_free(self.ctx)
             self.ctx = None
+        if self.threadpools is not None:
+            self.threadpools.free()
+            self.threadpools = None
         if self.model:
             L.llama_model_free(self.model)
             self.model = None
