@@ -3,6 +3,10 @@ and the grammar that makes a forced tool call or a JSON answer a guarantee."""
 
 from __future__ import annotations
 
+import hashlib
+import json
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -80,9 +84,34 @@ def parse_rules(body: Body) -> OutputRules:
     return OutputRules(tools, choice, function, parallel, schema, json_mode)
 
 
+GRAMMAR_CACHE_SIZE = 64  # built grammars kept (an agent sends the same tools every turn)
+_built: OrderedDict[bytes, Grammar | None] = OrderedDict()  # by the rules' digest
+_built_lock = threading.Lock()
+
+
 def build_grammar(rules: OutputRules, layout: StreamLayout, in_reasoning: bool
                   ) -> Grammar | None:
-    """The grammar for these rules (None: unconstrained). Runs on the prepare pool."""
+    """The grammar for these rules (None: unconstrained). Runs on the prepare pool; the
+    same rules under the same markers give the same grammar, so it is built once (a
+    schema that cannot be built raises every time, and is not kept)."""
+    text = json.dumps([rules.tools, rules.choice, rules.function, rules.parallel,
+                       rules.json_schema, rules.json_mode, layout.call_start, layout.call_end,
+                       _json_calls(layout), layout.reasoning_end if in_reasoning else None],
+                      sort_keys=True)
+    key = hashlib.blake2b(text.encode(), digest_size=16).digest()
+    with _built_lock:
+        if key in _built:
+            _built.move_to_end(key)
+            return _built[key]
+    grammar = _build(rules, layout, in_reasoning)
+    with _built_lock:
+        _built[key] = grammar
+        while len(_built) > GRAMMAR_CACHE_SIZE:
+            _built.popitem(last=False)
+    return grammar
+
+
+def _build(rules: OutputRules, layout: StreamLayout, in_reasoning: bool) -> Grammar | None:
     forced = rules.choice in ("required", "function")
     if rules.tools and (forced or rules.choice == "auto"):
         tools = [t for t in rules.tools if rules.function in (None, t["function"]["name"])]
