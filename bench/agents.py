@@ -241,9 +241,9 @@ def main() -> None:
         tmp = Path(tmp_name)
         servers: list[tuple[str, Callable[[int], subprocess.Popen[bytes]]]] = []
         for variant in args.llamaserve.split(","):
-            # agent settings on a CPU (README "Agent workloads"): a KV stream per sequence
-            # (attention spans only its own cells) and full prefill chunks (time to first
-            # token over other streams' inter-token latency)
+            # agent settings on a CPU (docs/BENCHMARKS.md "Agent sessions"): a KV stream per
+            # sequence (attention spans only its own cells) and full prefill chunks (time to
+            # first token over other streams' inter-token latency)
             extra: dict[str, Any] = {"kv_unified": variant == "unified",
                                      "prefill_step_target": 0}
             if variant == "budget":

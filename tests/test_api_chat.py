@@ -93,7 +93,7 @@ def test_n_and_seed(client: OpenAI) -> None:
     messages = [{"role": "user", "content": "Name a random fruit."}]
     # both computed from scratch: a prompt reused from the prefix cache (or copied to the
     # sibling choice) sits in other KV cells, whose logits differ by up to ~0.3 in a
-    # unified KV, enough to move a temperature-1.0 draw (README: prefix cache)
+    # unified KV, enough to move a temperature-1.0 draw (docs/ENGINE.md: prefix cache)
     fresh = {"cache_prompt": False}
     a = client.chat.completions.create(model="m", messages=messages, max_tokens=10, n=2,
                                        seed=42, temperature=1.0, extra_body=fresh)

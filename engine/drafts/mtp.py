@@ -22,7 +22,7 @@ The hidden-state accessors (``llama_set_embeddings_nextn``, ``llama_get_embeddin
 ``..._ith``) live in llama.cpp's staging header ``llama-ext.h``: exported, but with C++
 names, which ``NextnApi`` resolves. The orchestration (``MtpDrafter``) is pure Python
 over an ``MtpBackend`` and unit-tested with a fake; the llama.cpp backend could not be
-run here (no MTP model is available offline): see the README.
+run here (no MTP model is available offline): see docs/ENGINE.md.
 """
 
 from __future__ import annotations
