@@ -194,13 +194,14 @@ def main(argv: list[str] | None = None) -> int:
     from api.web.app import build_app
     from api.web.lifecycle import Lifecycle, run
     from engine.media.projector import ProjectorError
+    from engine.model_pull import MODELS as PULLABLE
     from engine.model_source import ModelSourceError
     from engine.runner import ModelLoadError
 
     def load_app() -> Starlette:
         try:
             return build_app(config, first.result(), manage_engine=False,
-                             load_model=load_model)
+                             load_model=load_model, pullable=tuple(PULLABLE))
         except (ModelSourceError, ModelLoadError, ProjectorError, ValueError, OSError) as exc:
             raise RuntimeError(str(exc)) from exc
 

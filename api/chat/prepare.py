@@ -49,14 +49,23 @@ def _prepare(model: ModelHandle, template: ChatTemplate, layout: StreamLayout,
         tokens, spans = mp.tokens, mp.media
     opener = layout.reasoning_start
     in_reasoning = bool(opener and layout.reasoning_end and text.rstrip().endswith(opener))
-    grammar = build_grammar(rules, layout, in_reasoning)
-    if grammar is not None and grammar.relaxed:
-        log.debug("schema bounds relaxed: %s", "; ".join(grammar.relaxed))
-    if grammar is not None:
-        params = dataclasses.replace(params, grammar=grammar.text,
-                                     grammar_triggers=grammar.lazy_patterns)
-        model.check_grammar(params)
+    params = with_grammar(model, rules, layout, in_reasoning, params)
     return Prepared(tokens, params, in_reasoning, spans)
+
+
+def with_grammar(model: ModelHandle, rules: OutputRules, layout: StreamLayout,
+                 in_reasoning: bool, params: SamplingParams) -> SamplingParams:
+    """``params`` with the grammar the rules ask for, checked by llama.cpp (blocking: on
+    the prepare pool)."""
+    grammar = build_grammar(rules, layout, in_reasoning)
+    if grammar is None:
+        return params
+    if grammar.relaxed:
+        log.debug("schema bounds relaxed: %s", "; ".join(grammar.relaxed))
+    params = dataclasses.replace(params, grammar=grammar.text,
+                                 grammar_triggers=grammar.lazy_patterns)
+    model.check_grammar(params)
+    return params
 
 
 async def prepare(state: ModelState, messages: list[dict[str, Any]], rules: OutputRules,
@@ -75,5 +84,21 @@ async def prepare(state: ModelState, messages: list[dict[str, Any]], rules: Outp
     except TemplateError as exc:
         raise APIError(str(exc), param=messages_param, code="template_error") from None
     except (GrammarError, ValueError) as exc:
-        tools = getattr(exc, "tools", False) or not rules.json_mode
-        raise invalid("tools" if tools else format_param, str(exc)) from None
+        raise _grammar_error(exc, rules, format_param) from None
+
+
+async def prepare_tokens(state: ModelState, tokens: list[int], rules: OutputRules,
+                         params: SamplingParams, *, format_param: str) -> Prepared:
+    """A prompt that was tokenized without the chat template (a raw prompt, a FIM prompt):
+    only its grammar, built and checked as ``prepare`` does; the output is plain text."""
+    try:
+        params = await state.client.run(with_grammar, state.model, rules, StreamLayout(),
+                                        False, params)
+    except (GrammarError, ValueError) as exc:
+        raise _grammar_error(exc, rules, format_param) from None
+    return Prepared(tokens, params, False)
+
+
+def _grammar_error(exc: Exception, rules: OutputRules, format_param: str) -> APIError:
+    tools = getattr(exc, "tools", False) or not rules.json_mode
+    return invalid("tools" if tools else format_param, str(exc))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -17,6 +17,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route, WebSocketRoute
 
 from api.anthropic.routes import count_tokens, create_message
+from api.ollama.routes import OLLAMA_ROUTES
 from api.openai.chat import create_chat_completion
 from api.openai.completions import create_completion
 from api.openai.embeddings import create_embedding
@@ -167,11 +168,13 @@ def model_state(server: ServerState, cfg: ModelConfig, model: ModelHandle) -> Mo
 
 
 def build_app(config: Config, model: ModelHandle, manage_engine: bool = True,
-              load_model: Callable[[ModelConfig], ModelHandle] | None = None) -> Starlette:
+              load_model: Callable[[ModelConfig], ModelHandle] | None = None,
+              pullable: Sequence[str] = ()) -> Starlette:
     """The Starlette app around the first model (already loaded: its engine's handle);
     ``load_model`` loads the others of a ``models`` list on demand. With
     ``manage_engine`` its lifespan starts and stops the engines; ``api.web.lifecycle`` does
-    that itself (the model loads after the port opens)."""
+    that itself (the model loads after the port opens). ``pullable``: the model names
+    ``llamaserve pull`` knows (Ollama's ``/api/pull`` names them)."""
     server = ServerState(config=config, registry=None,  # type: ignore[arg-type]
                          responses=open_response_store(
                              config.server.responses_store_path,
@@ -180,7 +183,8 @@ def build_app(config: Config, model: ModelHandle, manage_engine: bool = True,
                              config.server.responses_store_ttl),
                          seal=ReasoningSeal(config.server.reasoning_key
                                             or os.environ.get("LLAMASERVE_REASONING_KEY"),
-                                            config.model.served_name()))
+                                            config.model.served_name()),
+                         pullable=tuple(pullable))
 
     def load(cfg: ModelConfig) -> ModelState:
         if load_model is None:
@@ -221,6 +225,7 @@ def build_app(config: Config, model: ModelHandle, manage_engine: bool = True,
         Route("/healthz", healthz, methods=["GET"]),
         Route("/health", healthz, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
+        *OLLAMA_ROUTES,
     ]
     middleware = []
     if config.server.cors is not None:

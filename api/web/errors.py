@@ -1,6 +1,7 @@
 """Errors: one exception type, the right status, and the API's own JSON shape — OpenAI's
-``{"error": {message, type, param, code}}``, or Anthropic's ``{"type": "error", "error":
-{type, message}}`` on the Anthropic routes (``/v1/messages…``)."""
+``{"error": {message, type, param, code}}``, Anthropic's ``{"type": "error", "error":
+{type, message}}`` on the Anthropic routes (``/v1/messages…``), or Ollama's ``{"error":
+message}`` on Ollama's (``/api/…``)."""
 
 from __future__ import annotations
 
@@ -33,6 +34,8 @@ class APIError(Exception):
     def body(self, path: str = "") -> dict[str, object]:
         if anthropic_route(path):
             return anthropic_error(self.status, self.message)
+        if ollama_route(path):
+            return ollama_error(self.message, self.param)
         return {"error": {"message": self.message, "type": self.type,
                           "param": self.param, "code": self.code}}
 
@@ -53,6 +56,17 @@ def anthropic_error(status: int, message: str) -> dict[str, object]:
     kind = _ANTHROPIC_TYPES.get(status, "api_error" if status >= 500 else
                                 "invalid_request_error")
     return {"type": "error", "error": {"type": kind, "message": message}}
+
+
+def ollama_route(path: str) -> bool:
+    return path.startswith("/api/")
+
+
+def ollama_error(message: str, param: str | None = None) -> dict[str, object]:
+    """Ollama's shape has no field for the parameter: the message names it."""
+    if param and param not in message:
+        message = f"{param}: {message}"
+    return {"error": message}
 
 
 def invalid(param: str, message: str, code: str = "invalid_value") -> APIError:

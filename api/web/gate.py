@@ -19,7 +19,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from api.web.errors import anthropic_error, anthropic_route
+from api.web.errors import anthropic_error, anthropic_route, ollama_error, ollama_route
 from api.web.session import session_key
 from engine.config import ServerConfig
 
@@ -31,7 +31,15 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 access_log = logging.getLogger("llamaserve.access")
 KNOWN = {"/v1/completions", "/v1/chat/completions", "/v1/embeddings", "/v1/responses",
-         "/v1/models", "/v1/tokenize", "/v1/detokenize", "/healthz", "/health", "/metrics"}
+         "/v1/models", "/v1/tokenize", "/v1/detokenize", "/healthz", "/health", "/metrics",
+         "/api/chat", "/api/generate", "/api/embed", "/api/embeddings", "/api/tags",
+         "/api/show", "/api/ps", "/api/version", "/api/pull"}
+
+
+def api_path(path: str) -> bool:
+    """A route of the APIs (OpenAI's and the others under /v1, llama-server's /infill,
+    Ollama's /api/…): behind the API keys, counted in flight, refused while draining."""
+    return path.startswith(("/v1/", "/api/")) or path in ("/v1", "/infill")
 
 
 def route_label(path: str) -> str:
@@ -62,12 +70,13 @@ class HttpMetrics:
 @dataclass
 class GateState:
     draining: bool = False
-    in_flight: int = 0  # /v1 HTTP requests (streams until their last byte) and WS responses
+    in_flight: int = 0  # /v1, /api HTTP requests (streams to their last byte), WS responses
     windows: dict[str, deque[float]] = field(default_factory=dict)
 
 
 def _error(path: str, status: int, type_: str, code: str, message: str) -> bytes:
     body = anthropic_error(status, message) if anthropic_route(path) else \
+        ollama_error(message) if ollama_route(path) else \
         {"error": {"message": message, "type": type_, "param": None, "code": code}}
     return json.dumps(body).encode()
 
@@ -116,7 +125,7 @@ class Gate:
 
     def refusal(self, scope: Scope) -> tuple[int, str, str, str, dict[str, str]] | None:
         path: str = scope["path"]
-        api = path.startswith("/v1/") or path in ("/v1", "/infill")
+        api = api_path(path)
         if not api and not (path == "/metrics" and self.cfg.metrics_auth):
             return None
         key = self._key(scope)
@@ -171,7 +180,7 @@ class Gate:
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = time.perf_counter()
         route = route_label(scope["path"])
-        counted = scope["path"].startswith("/v1/")
+        counted = scope["path"].startswith(("/v1/", "/api/"))
         status = 500
         scope["llamaserve"] = {}
         header_key = session_key(scope, None)

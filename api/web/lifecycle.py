@@ -30,6 +30,7 @@ from typing import Any
 import uvicorn
 from starlette.applications import Starlette
 
+from api.web.errors import ollama_error, ollama_route
 from api.web.gate import Receive, Scope, Send
 from api.web.state import ServerState
 
@@ -72,9 +73,11 @@ class Lifecycle:
             await self.app(scope, receive, send)
         elif scope["type"] == "http":
             health = scope["path"] in ("/healthz", "/health")
-            body = json.dumps({"status": "loading"} if health else {"error": {
-                "message": "The model is still loading; retry shortly.", "type": "server_error",
-                "param": None, "code": "loading"}}).encode()
+            message = "The model is still loading; retry shortly."
+            body = json.dumps({"status": "loading"} if health else ollama_error(message)
+                              if ollama_route(scope["path"]) else {"error": {
+                                  "message": message, "type": "server_error", "param": None,
+                                  "code": "loading"}}).encode()
             await send({"type": "http.response.start", "status": 503, "headers": [
                 (b"content-type", b"application/json"), (b"retry-after", b"1")]})
             await send({"type": "http.response.body", "body": body})

@@ -44,6 +44,7 @@ class ServerState:
     created: int = field(default_factory=lambda: int(time.time()))
     seal: ReasoningSeal = field(default_factory=lambda: ReasoningSeal(None, ""))
     http_registry: Any = None  # prometheus registry of the HTTP metrics (api.web.gate)
+    pullable: tuple[str, ...] = ()  # names `llamaserve pull` fetches (Ollama's /api/pull)
 
     def start(self) -> None:
         """Start the first model's engine and the idle unloader (in the event loop)."""

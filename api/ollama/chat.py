@@ -1,0 +1,64 @@
+"""``POST /api/chat``: Ollama's chat over the shared chat path.
+
+The messages (``api/ollama/request.py``) are rendered by the model's template, with the
+request's ``tools`` and ``format`` turned into the same grammars as chat completions'
+``tools`` and ``response_format`` (``api/chat/tools.py``, ``api/chat/prepare.py``); the
+output is parsed into content, ``thinking`` and tool calls whose ``arguments`` are objects.
+No messages: the model is loaded and nothing is generated (``done_reason: "load"``).
+"""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from api.chat.messages import parse_messages
+from api.chat.prepare import prepare
+from api.chat.tools import parse_rules
+from api.ollama.capabilities import thinks
+from api.ollama.names import resolve
+from api.ollama.options import (
+    check_keep_alive,
+    response_format,
+    sampling_params,
+    stream_flag,
+    think,
+)
+from api.ollama.reply import ChatShape, loaded, respond
+from api.ollama.request import chat_messages
+from api.ollama.timings import Timings
+from api.web.params import Body, read_json
+from api.web.state import ServerState
+from parsers.message_stream import MessageStream
+
+
+async def chat(request: Request) -> Response:
+    timings = Timings()
+    server: ServerState = request.app.state.llama
+    body = Body(await read_json(request, server.body_limits))
+    resolved = resolve(server.registry, body.data.get("model"))
+    name = str(body.data["model"])
+    stream = stream_flag(body)
+    check_keep_alive(body.data.get("keep_alive"))
+    conversation = chat_messages(body.data.get("messages"))
+    state = await server.registry.acquire(resolved.entry, request.scope)
+    timings.model_ready()
+    state.require_chat()
+    if not conversation:
+        return loaded(ChatShape(name), timings)
+    rules = parse_rules(Body({"tools": body.data.get("tools"),
+                              "response_format": response_format(body.data.get("format"))}))
+    extra = think(body.data.get("think"), supported=thinks(state), model=name)
+    params = sampling_params(body.data.get("options"), n_vocab=state.model.n_vocab,
+                             n_ctx=state.model.n_ctx_seq)
+    media = state.media_refs()
+    messages = parse_messages(Body({"messages": conversation}), media)
+    prep = await prepare(state, messages, rules, extra, params, messages_param="messages",
+                         format_param="format", media=media)
+    gen = state.client.generate([prep.prompt], prep.params, 1, param="messages",
+                                media=prep.media,
+                                adapters=state.adapters(Body({"model": resolved.matched})))
+    timings.submit()
+    parser = MessageStream(state.layout, in_reasoning=prep.in_reasoning, tools=rules.tools)
+    return await respond(request, state, gen, parser, ChatShape(name), stream=stream,
+                         timings=timings)

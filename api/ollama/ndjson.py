@@ -1,0 +1,48 @@
+"""Ollama's framing: one JSON object per line (``application/x-ndjson``), a timestamp on
+each, an empty chunk as the keep-alive of a silent stream (a comment would break clients
+that parse every line), and an ``{"error": ...}`` line when a stream fails midway."""
+
+from __future__ import annotations
+
+import datetime
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+from starlette.responses import StreamingResponse
+
+from api.web.engine_client import Generation
+from api.web.streaming import with_keepalive
+
+MEDIA_TYPE = "application/x-ndjson"
+
+
+def created_at() -> str:
+    """RFC 3339 in UTC, as Ollama stamps every chunk."""
+    stamp = datetime.datetime.now(datetime.timezone.utc)
+    return stamp.isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def line(payload: dict[str, Any]) -> bytes:
+    return json.dumps(payload, ensure_ascii=False).encode() + b"\n"
+
+
+def ndjson_response(chunks: AsyncIterator[bytes], *, gen: Generation | None = None,
+                    keepalive: float = 0, beat: bytes = b"") -> StreamingResponse:
+    """Stream ``chunks``; when the client leaves, Starlette cancels the iterator and the
+    generation (if any) is cancelled, freeing its sequence at the engine's next step."""
+
+    async def body() -> AsyncIterator[bytes]:
+        try:
+            if beat:
+                async for chunk in with_keepalive(chunks, keepalive, beat=beat):
+                    yield chunk
+            else:
+                async for chunk in chunks:
+                    yield chunk
+        finally:
+            if gen is not None:
+                gen.cancel()
+
+    return StreamingResponse(body(), media_type=MEDIA_TYPE,
+                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
