@@ -1,8 +1,8 @@
 """Hypothesis strategies for request bodies: near-valid requests with fields of the wrong
-type, out of range, unknown, or missing, for every endpoint; images, audio and LoRA
-adapters through their real paths (``fuzz_config``: a projector, two adapters and a media
-root on Gemma 3 270M). Shared by the short CI fuzz (tests/test_fuzz.py) and the long one
-(bench/fuzz.py)."""
+type, out of range, unknown, or missing, for every endpoint (Ollama's /api routes too);
+images, audio and LoRA adapters through their real paths (``fuzz_config``: a projector,
+two adapters and a media root on Gemma 3 270M). Shared by the short CI fuzz
+(tests/test_fuzz.py) and the long one (bench/fuzz.py)."""
 
 from __future__ import annotations
 
@@ -492,22 +492,91 @@ ENDPOINTS: dict[str, dict[str, Any]] = {
 }
 
 
+# Ollama's routes (api/ollama): names with tags, options, images as base64 lists; each field
+# mostly of the right type, so bodies get past the first check to the deeper ones
+
+
+JUNK = st.sampled_from([None, 7, -1.5, True, "x", [], {}, ["x"], {"a": 1}])
+
+
+def mostly(valid: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    """``valid`` five times in six, else a value of another type (any JSON there would make
+    most bodies fail their first check)."""
+    return st.sampled_from([True] * 5 + [False]).flatmap(lambda ok: valid if ok else JUNK)
+
+
+OLLAMA_MODEL = mostly(st.sampled_from(
+    ["gemma-3-270m"] * 6 + ["gemma-3-270m:latest", "gemma-3-270m:1b", "style-a",
+                            "style-a:latest", "x", "x:latest", ""]))
+OLLAMA_IMAGE = st.one_of(base64_payloads(), st.just(_b64(samples.png())), data_urls())
+OLLAMA_IMAGES = mostly(st.lists(st.sampled_from([_b64(samples.png()), _b64(samples.GIF), "",
+                                                 "!!", "aGk="]), max_size=2))
+OLLAMA_OPTIONS = mostly(st.fixed_dictionaries({}, optional={
+    "temperature": COMMON["temperature"], "top_p": COMMON["top_p"], "top_k": COMMON["top_k"],
+    "min_p": mostly(st.floats(-1, 2, allow_nan=False)), "seed": COMMON["seed"],
+    "num_predict": mostly(st.integers(-3, 6)), "stop": COMMON["stop"],
+    "repeat_penalty": mostly(st.floats(-1, 12, allow_nan=False)),
+    "repeat_last_n": mostly(st.integers(-3, 100)),
+    "presence_penalty": mostly(st.floats(-3, 3, allow_nan=False)),
+    "frequency_penalty": mostly(st.floats(-3, 3, allow_nan=False)),
+    "num_ctx": mostly(st.integers(-2, 10**6)), "mirostat": JSON}))
+OLLAMA_MESSAGE = st.fixed_dictionaries({
+    "role": mostly(st.sampled_from(["user", "user", "system", "assistant", "tool", "USER",
+                                    "x"])),
+    "content": mostly(TEXT)}, optional={
+    "images": OLLAMA_IMAGES, "thinking": mostly(TEXT), "tool_name": mostly(TEXT),
+    "tool_calls": mostly(st.lists(st.fixed_dictionaries({"function": st.fixed_dictionaries({
+        "name": mostly(st.sampled_from(["f", ""])), "arguments": JSON})}), max_size=2))})
+OLLAMA_COMMON: dict[str, Any] = {
+    "model": OLLAMA_MODEL, "options": OLLAMA_OPTIONS, "stream": mostly(st.booleans()),
+    "keep_alive": mostly(st.sampled_from(["5m", 0, -1, "0", "x", "1h30m", "-1"])),
+    "format": mostly(st.sampled_from(["json", "", {"type": "object"}, {
+        "type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}])),
+    "think": mostly(st.sampled_from([True, False, "low", "max", "x"])), "unknown_field": JSON}
+ENDPOINTS.update({
+    "/api/chat": {**OLLAMA_COMMON, "messages": mostly(st.lists(OLLAMA_MESSAGE, max_size=3)),
+                  "tools": mostly(st.lists(TOOL, max_size=2))},
+    "/api/generate": {**OLLAMA_COMMON, "prompt": mostly(TEXT), "suffix": mostly(TEXT),
+                      "system": mostly(TEXT), "raw": mostly(st.booleans()),
+                      "template": mostly(st.sampled_from(["", "", "{{ .Prompt }}"])),
+                      "context": mostly(st.lists(st.integers(-5, 300000), max_size=5)),
+                      "images": OLLAMA_IMAGES},
+    "/api/embed": {"model": OLLAMA_MODEL, "input": mostly(TEXT | st.lists(TEXT, max_size=4)),
+                   "truncate": mostly(st.booleans()),
+                   "dimensions": mostly(st.integers(-2, 2000)), "options": JSON,
+                   "keep_alive": OLLAMA_COMMON["keep_alive"]},
+    "/api/embeddings": {"model": OLLAMA_MODEL, "prompt": mostly(TEXT), "options": JSON},
+    "/api/show": {"model": OLLAMA_MODEL, "name": OLLAMA_MODEL, "verbose": JSON},
+    "/api/pull": {"model": OLLAMA_MODEL | st.just("llama3"), "stream": mostly(st.booleans()),
+                  "insecure": JSON},
+})
+
+
+ALL_PATHS = tuple(sorted(ENDPOINTS))
+# the /v1 (and llama-server) routes: what a Responses WebSocket frame is fuzzed with
+V1_PATHS = tuple(p for p in ALL_PATHS if not p.startswith("/api/"))
+
+
 @st.composite
-def request_bodies(draw: st.DrawFn) -> tuple[str, Any]:
+def request_bodies(draw: st.DrawFn, paths: tuple[str, ...] = ALL_PATHS) -> tuple[str, Any]:
     """(path, body): usually an object with a random subset of the endpoint's fields,
-    sometimes not an object at all."""
-    path = draw(st.sampled_from(sorted(ENDPOINTS)))
+    sometimes not an object at all. Ollama's routes need a ``model``: mostly there."""
+    path = draw(st.sampled_from(paths))
     if draw(st.integers(0, 19)) == 0:
         return path, draw(JSON)
     fields = ENDPOINTS[path]
     keys = draw(st.lists(st.sampled_from(sorted(fields)), unique=True, max_size=len(fields)))
+    if path.startswith("/api/") and "model" not in keys and \
+            _pick(draw, {"add": 4, "leave": 1}) == "add":
+        keys.append("model")
     return path, {k: draw(fields[k]) for k in keys}
 
 
 # weighted: where media go most ways (completions: only the LoRA choice)
 MEDIA_PATHS = ("/v1/chat/completions", "/v1/chat/completions", "/v1/chat/completions",
                "/v1/responses", "/v1/responses", "/v1/messages", "/v1/messages",
-               "/v1/messages/count_tokens", "/v1/completions", "/v1/tokenize")
+               "/v1/messages/count_tokens", "/v1/completions", "/v1/tokenize", "/api/chat",
+               "/api/generate")
 
 
 @st.composite
@@ -523,6 +592,17 @@ def media_bodies(draw: st.DrawFn, paths: tuple[str, ...] = MEDIA_PATHS) -> tuple
         extra["model"] = draw(MODEL)
     if draw(st.integers(0, 3)) == 0:
         extra["stream"] = True
+    if path.startswith("/api/"):  # Ollama: base64 images on a message or the prompt
+        extra.pop("lora", None)
+        images = draw(st.lists(OLLAMA_IMAGE, min_size=1, max_size=5))
+        body: dict[str, Any] = {"model": "gemma-3-270m", "stream": False,
+                                "options": {"num_predict": 1}, **extra}
+        if path == "/api/generate":
+            return path, {**body, "prompt": "What is this?", "images": images}
+        role = draw(st.sampled_from(["user", "user", "system", "assistant", "tool"]))
+        messages = [{"role": role, "content": "What is this?", "images": images}]
+        return path, {**body, "messages": messages if role == "user" else
+                      [*messages, {"role": "user", "content": "Hi"}]}
     if path in ("/v1/chat/completions", "/v1/tokenize"):
         role = draw(st.sampled_from(["user", "user", "user", "system", "assistant", "tool",
                                      "developer"]))
@@ -582,6 +662,9 @@ def post(http: httpx.Client, case: tuple[str, Any]) -> httpx.Response:
 NUMBER_FIELDS = ["temperature", "top_p", "top_k", "n", "seed", "max_tokens", "logprobs",
                  "top_logprobs", "presence_penalty", "frequency_penalty", "repeat_penalty",
                  "min_p", "dimensions", "max_output_tokens", "max_completion_tokens"]
+OLLAMA_NUMBER_FIELDS = ["temperature", "top_p", "top_k", "min_p", "seed", "num_predict",
+                        "repeat_penalty", "repeat_last_n", "presence_penalty",
+                        "frequency_penalty", "num_ctx", "dimensions"]
 TEXT_FIELDS = ["prompt", "input", "instructions", "model", "stop", "suffix",
                "previous_response_id"]
 # boundaries of every numeric field's type: the edges the validators check, machine-word
@@ -616,11 +699,14 @@ DEEP = st.builds(lambda d, kind, balanced: (
 
 
 @st.composite
-def hostile_bodies(draw: st.DrawFn) -> tuple[str, bytes]:
+def hostile_bodies(draw: st.DrawFn, paths: tuple[str, ...] = ALL_PATHS) -> tuple[str, bytes]:
     """(path, raw body): a near-valid body with one hostile part, or a hostile whole."""
-    path = draw(st.sampled_from(sorted(ENDPOINTS)))
+    path = draw(st.sampled_from(paths))
     base = {"prompt": "Hi", "input": "Hi", "messages": [{"role": "user", "content": "Hi"}],
             "tokens": [1, 2], "max_tokens": 2, "max_output_tokens": 2}
+    ollama = path.startswith("/api/")
+    if ollama:
+        base["model"] = "gemma-3-270m"
     parts = [f"{json.dumps(k)}: {json.dumps(v)}" for k, v in base.items()]
     kind = draw(st.sampled_from(["deep", "deep_whole", "text", "key", "number", "boundary",
                                  "duplicate", "bad_utf8", "long", "arguments", "media",
@@ -667,7 +753,12 @@ def hostile_bodies(draw: st.DrawFn) -> tuple[str, bytes]:
             ('{"type": "audio_url", "audio_url": {"url": %s}}',
              '{"type": %s, "image_url": "data:,"}')]))
         parts = [p for p in parts if not p.startswith(('"messages"', '"input"'))]
-        parts.append('"messages": [{"role": "user", "content": [%s]}]' % (chat_part % wild))
+        if ollama:
+            parts.append(f'"images": [{wild}]')
+            parts.append(f'"messages": [{{"role": "user", "content": "Hi", "images": [{wild}]}}]')
+        else:
+            parts.append('"messages": [{"role": "user", "content": [%s]}]'
+                         % (chat_part % wild))
         parts.append('"input": [{"type": "message", "role": "user", "content": [%s]}]'
                      % (item_part % wild))
     elif kind == "lora":
@@ -681,10 +772,11 @@ def hostile_bodies(draw: st.DrawFn) -> tuple[str, bytes]:
     elif kind == "key":
         parts.append(f"{json.dumps(draw(WILD_TEXT))}: 1")
     elif kind in ("number", "boundary"):
-        field = draw(st.sampled_from(NUMBER_FIELDS))
+        field = draw(st.sampled_from(OLLAMA_NUMBER_FIELDS if ollama else NUMBER_FIELDS))
         value = draw(HUGE_NUMBERS if kind == "number" else st.sampled_from(BOUNDARY_NUMBERS))
         parts = [p for p in parts if not p.startswith(json.dumps(field))]
-        parts.append(f"{json.dumps(field)}: {value}")
+        parts.append(f'"options": {{{json.dumps(field)}: {value}}}' if ollama
+                     else f"{json.dumps(field)}: {value}")
     elif kind == "duplicate":
         parts.append(draw(st.sampled_from(parts)))
     elif kind == "long":
@@ -721,6 +813,9 @@ def check_error_shape(r: httpx.Response) -> None:
     assert r.status_code < 500, (r.status_code, r.text[:300])
     if r.status_code >= 400:
         body = r.json()
+        if r.request.url.path.startswith("/api/"):  # Ollama's shape there
+            assert set(body) == {"error"} and isinstance(body["error"], str), r.text[:300]
+            return
         if r.request.url.path.startswith("/v1/messages"):  # Anthropic's shape there
             assert body["type"] == "error" and set(body["error"]) == {"type", "message"}, \
                 r.text[:300]
@@ -748,12 +843,12 @@ def ws_frames(draw: st.DrawFn) -> tuple[str, str | bytes]:
         body.pop("stream", None)
         return kind, json.dumps({"type": "response.create", **body})
     if kind == "fuzzed":
-        _, body = draw(request_bodies())
+        _, body = draw(request_bodies(V1_PATHS))
         if isinstance(body, dict):
             body = {"type": "response.create", **body}
         return kind, json.dumps(body)
     if kind == "hostile":
-        _, raw = draw(hostile_bodies())
+        _, raw = draw(hostile_bodies(V1_PATHS))
         text = raw.decode("utf-8", "replace")
         if text.startswith("{") and draw(st.booleans()):
             text = '{"type": "response.create", ' + text[1:]
