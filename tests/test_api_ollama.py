@@ -96,6 +96,10 @@ def test_generate_renders_one_user_turn_and_returns_a_context(qwen: Client) -> N
     check_final(streamed[-1], "length")
     assert streamed[-1].context is None  # raw: no context, as Ollama
     assert "".join(c.response or "" for c in streamed).strip().startswith("4")
+    # suffix: a fill-in-the-middle prompt from Qwen2.5-Coder's FIM tokens
+    fim = qwen.generate(model=QWEN, prompt="def add(a, b):\n    ", suffix="\n\nprint(add(1, 2))",
+                        options={**GREEDY, "num_predict": 4})
+    assert fim.response.startswith("return a + b") and fim.context is None
 
 
 def test_options_num_predict_and_stop(qwen: Client) -> None:
@@ -275,6 +279,7 @@ BAD: list[tuple[str, Any, str]] = [  # path, body, words of the error
     ("/api/generate", {"model": QWEN, "prompt": "x", "raw": True, "images": ["aGk="]},
      "images"),
     ("/api/generate", {"model": QWEN, "prompt": 7}, "prompt"),
+    ("/api/generate", {"model": QWEN, "prompt": "hello " * 5000}, "context length"),
     ("/api/embed", {"model": QWEN, "input": "x"}, "does not support embeddings"),
     ("/api/show", {}, "model is required"),
     ("/api/pull", {"model": QWEN, "stream": 1}, "stream"),

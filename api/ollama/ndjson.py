@@ -24,7 +24,7 @@ def created_at() -> str:
 
 
 def line(payload: dict[str, Any]) -> bytes:
-    return json.dumps(payload, ensure_ascii=False).encode() + b"\n"
+    return json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
 
 
 def ndjson_response(chunks: AsyncIterator[bytes], *, gen: Generation | None = None,
