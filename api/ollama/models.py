@@ -30,7 +30,7 @@ from api.ollama.options import stream_flag
 from api.web.errors import APIError
 from api.web.params import Body, read_json
 from api.web.registry import file_bytes, measured_bytes
-from api.web.state import ModelState, ServerState
+from api.web.state import ServerState
 from engine.config import ModelConfig
 
 OLLAMA_VERSION = "0.12.0"  # the Ollama API this server follows (clients gate features on it)
@@ -100,17 +100,6 @@ async def version(request: Request) -> Response:
     return JSONResponse({"version": OLLAMA_VERSION, "llamaserve": own})
 
 
-def _model_info(state: ModelState) -> dict[str, Any]:
-    model = state.model
-    info: dict[str, Any] = {"general.architecture": "llama",
-                            "llama.context_length": model.n_ctx_seq,
-                            "llama.vocab_size": model.n_vocab}
-    shape = model.embeddings
-    if shape is not None:
-        info["llama.embedding_length"] = shape.dimensions
-    return info
-
-
 async def show(request: Request) -> Response:
     server: ServerState = request.app.state.llama
     body = Body(await read_json(request, server.body_limits))
@@ -127,7 +116,7 @@ async def show(request: Request) -> Response:
         "parameters": f"num_ctx {state.model.n_ctx_seq}",
         "template": state.template.source if state.template is not None else "",
         "details": details(cfg.path, listed_name(parent) if parent else ""),
-        "model_info": _model_info(state),
+        "model_info": {},  # the GGUF's metadata is not read here (see docs/OLLAMA.md)
         "capabilities": capabilities(state),
         "modified_at": _stamp(mtime or server.created),
     })
