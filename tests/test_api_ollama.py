@@ -5,6 +5,7 @@ that shares its path. Plus the pure parts (names, options) without a model."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 from typing import Any
@@ -23,6 +24,8 @@ import media_samples as samples  # noqa: E402
 from api.ollama.names import candidates, listed_name, split_tag  # noqa: E402
 from api.ollama.options import check_keep_alive, response_format, sampling_params  # noqa: E402
 from api.web.errors import APIError  # noqa: E402
+from api.web.gate import Gate, GateState, HttpMetrics  # noqa: E402
+from engine.config import ServerConfig  # noqa: E402
 
 QWEN = "qwen2.5-coder-0.5b-instruct"
 MINILM = "all-minilm-l6-v2"
@@ -338,3 +341,38 @@ def test_options_map_onto_sampling() -> None:
         with pytest.raises(APIError):
             check_keep_alive(bad)
 
+
+
+def test_api_keys_guard_ollamas_routes_and_answer_in_its_shape() -> None:
+    from prometheus_client import CollectorRegistry
+
+    reached: list[str] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        reached.append(scope["path"])
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"{}"})
+
+    gate = Gate(app, ServerConfig(api_keys=("sk-1",)), HttpMetrics(CollectorRegistry()),
+                GateState())
+
+    def call(path: str, key: str | None) -> tuple[int, bytes]:
+        sent: list[Any] = []
+        headers = [(b"authorization", f"Bearer {key}".encode())] if key else []
+
+        async def receive() -> Any:
+            return {"type": "http.request", "body": b""}
+
+        async def send(message: Any) -> None:
+            sent.append(message)
+
+        asyncio.run(gate({"type": "http", "path": path, "method": "POST", "headers": headers,
+                          "client": ("127.0.0.1", 1)}, receive, send))
+        return sent[0]["status"], b"".join(m.get("body", b"") for m in sent[1:])
+
+    for path in ("/api/chat", "/api/tags", "/api/version"):
+        status, body = call(path, None)
+        assert status == 401 and set(json.loads(body)) == {"error"}, body
+        assert call(path, "wrong")[0] == 401
+        assert call(path, "sk-1") == (200, b"{}")
+    assert reached == ["/api/chat", "/api/tags", "/api/version"]
