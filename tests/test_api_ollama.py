@@ -329,6 +329,9 @@ def test_options_map_onto_sampling() -> None:
     assert (p.repeat_penalty, p.penalty_last_n, p.presence_penalty, p.frequency_penalty) == \
         (1.2, 256, 0.5, -0.5)
     assert sampling_params({"num_predict": -1}, n_vocab=10, n_ctx=8).max_tokens is None
+    many = [f"<stop{i}>" for i in range(20)]  # an editor plugin's: more than chat's 16
+    assert sampling_params({"stop": many}, n_vocab=10, n_ctx=8).stop == tuple(many)
+    assert sampling_params({"stop": "\n\n"}, n_vocab=10, n_ctx=8).stop == ("\n\n",)
     assert sampling_params({"repeat_last_n": 0}, n_vocab=10, n_ctx=8).penalty_last_n == 0
     with pytest.raises(APIError) as err:
         sampling_params({"top_p": 3}, n_vocab=10, n_ctx=8)

@@ -4,7 +4,7 @@
 ``options`` map onto the sampling fields of chat completions and are validated the same
 way (a wrong type or range is a 400): ``temperature``, ``top_p``, ``top_k``, ``min_p``,
 ``seed`` (negative: random), ``num_predict`` (→ ``max_tokens``; 0 or negative: no limit
-but the context and ``model.max_output_tokens``), ``stop``, ``repeat_penalty``,
+but the context and ``model.max_output_tokens``), ``stop`` (up to 64), ``repeat_penalty``,
 ``repeat_last_n`` (-1: the whole context), ``presence_penalty``, ``frequency_penalty``.
 ``num_ctx`` must be a positive integer and is otherwise ignored: the context is the
 server's (``model.n_ctx``). Every other option (``num_keep``, ``typical_p``, ``mirostat…``,
@@ -25,9 +25,12 @@ from engine.request import SamplingParams
 
 # option -> the chat-completions field it becomes (validated by api.web.params.sampling)
 SAMPLING = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k",
-            "min_p": "min_p", "stop": "stop", "repeat_penalty": "repeat_penalty",
+            "min_p": "min_p", "repeat_penalty": "repeat_penalty",
             "presence_penalty": "presence_penalty",
             "frequency_penalty": "frequency_penalty"}
+# Ollama sets no limit; editor plugins send a stop string per template marker (Continue's
+# autocomplete: ~20), more than the OpenAI routes' 16
+MAX_STOP = 64
 THINK_LEVELS = ("low", "medium", "high", "max")
 # Go's time.ParseDuration: "5m", "1h30m", "-1s", "0" (and JSON numbers: seconds)
 _DURATION = re.compile(r"[-+]?(0|((\d+(\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h))+)")
@@ -75,7 +78,19 @@ def sampling_params(raw: Any, *, n_vocab: int, n_ctx: int) -> SamplingParams:
     if last_n is not None:
         params = dataclasses.replace(params, penalty_last_n=n_ctx if last_n == -1
                                      else min(last_n, n_ctx))
-    return params
+    return dataclasses.replace(params, stop=_stop(raw.get("stop")))
+
+
+def _stop(value: Any) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(s, str) for s in value):
+        raise invalid("options.stop", "option 'stop' must be a string or a list of strings")
+    if len(value) > MAX_STOP:
+        raise invalid("options.stop", f"option 'stop' may hold at most {MAX_STOP} strings")
+    return tuple(s for s in value if s)
 
 
 def response_format(raw: Any) -> dict[str, Any] | None:
