@@ -1,7 +1,7 @@
 """llamaserve against llama-server where decoding is cheap, as on a GPU: each server's own
 cost per step becomes the throughput.
 
-Writes the tiny random-weight llama of bench/tiny_model.py (SmolLM2's real tokenizer and
+Writes the tiny random-weight llama of tests/make_tiny_model.py (SmolLM2's real tokenizer and
 template; ``llama_decode`` well under a millisecond per token here), then starts each
 server in turn on it (never both at once; same threads, 64 sequences, each server's other
 defaults) and drives it with bench/light_client.py in its own process at each concurrency,
@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from tiny_model import write_tiny_model  # noqa: E402
+from make_tiny_model import write_tiny_model  # noqa: E402
 
 from compare_servers import _port, _wait  # noqa: E402
 from report import report  # noqa: E402

@@ -164,23 +164,38 @@ class Engine:
         if self.projector is not None:
             self.projector.close()
 
-    def max_new_tokens(self, prompt_len: int, max_tokens: int | None) -> int:
-        """Admission check for one sequence; raises ContextLengthExceeded."""
+    def max_new_tokens(self, prompt_len: int, max_tokens: int | None, *,
+                       clamp: bool = False) -> int:
+        """Admission check for one sequence; raises ContextLengthExceeded. With ``clamp``, a
+        ``max_tokens`` larger than the room the prompt leaves is cut to that room (the
+        answer then ends at the context's end with finish reason "length"), as the
+        Anthropic API and llama-server let clients ask for more than fits."""
         limit = self.runner.n_ctx_seq
         cap = self.cfg.max_output_tokens
-        if max_tokens is not None:
+        if max_tokens is not None and not (clamp and prompt_len < limit):
             if prompt_len + max_tokens > limit:
                 raise ContextLengthExceeded(
                     f"This model's maximum context length is {limit} tokens. However, you "
                     f"requested {prompt_len + max_tokens} tokens ({prompt_len} in the prompt, "
-                    f"{max_tokens} for the completion). Please reduce the prompt or max_tokens.")
+                    f"{max_tokens} for the completion). Please reduce the prompt or max_tokens"
+                    f", or raise {self._context_field()}.")
             return min(max_tokens, cap) if cap else max_tokens
         if prompt_len >= limit:
             raise ContextLengthExceeded(
                 f"This model's maximum context length is {limit} tokens. However, your prompt "
-                f"has {prompt_len} tokens, leaving no room for a completion.")
+                f"has {prompt_len} tokens, leaving no room for a completion. Raise "
+                f"{self._context_field()}.")
         room = limit - prompt_len
+        if max_tokens is not None:
+            room = min(room, max_tokens)
         return min(room, cap) if cap else room
+
+    def _context_field(self) -> str:
+        """The config field that sets the context one sequence gets, for error messages."""
+        if self.runner.n_ctx_seq < self.runner.n_ctx:  # split KV: n_ctx is shared out
+            return (f"the config's model.n_ctx (now {self.runner.n_ctx}, split over "
+                    f"model.n_seq_max = {self.cfg.n_seq_max} sequences) or set model.kv_unified")
+        return f"the config's model.n_ctx (now {self.runner.n_ctx})"
 
     def submit(self, request: Request) -> None:
         if not self.alive:

@@ -148,9 +148,12 @@ def tool_parameters(tools: list[dict[str, Any]]) -> list[Any]:
 
 
 def _trigger(marker: str) -> str:
-    """A lazy-grammar pattern: llama.cpp matches it against everything generated so far
-    and constrains from its first group on."""
-    return r"[\s\S]*?(" + re.escape(marker) + r"[\s\S]*)"
+    r"""A lazy-grammar pattern: llama.cpp searches everything generated so far for it after
+    every token (``std::regex_search``) and constrains from its group on. Just the marker:
+    a pattern that spans the text (``[\s\S]*?(marker[\s\S]*)``) makes each search
+    backtrack over the whole answer, and a long answer with tools slowed to 0.15 s a token
+    after 300 tokens (growing with the square of its length)."""
+    return "(" + re.escape(marker) + ")"
 
 
 def _call_objects(tools: list[dict[str, Any]]) -> tuple[SchemaSet, Any]:

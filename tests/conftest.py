@@ -120,6 +120,18 @@ def qwen_config(**model: Any) -> dict[str, Any]:
     return cfg
 
 
+def tiny_qwen_config(*, ending: bool = False, **model: Any) -> dict[str, Any]:
+    """A 2-block random-weight llama with Qwen2.5-Coder's real tokenizer, tool-calling
+    template and response schema (tests/make_tiny_model.py): thousands of prompt tokens a
+    second, text that is noise. ``ending``: answers end by themselves after a few tokens;
+    otherwise they run to their limit. For protocol tests where only the shape counts."""
+    from make_tiny_model import TinySpec, write_tiny_model
+    cfg = qwen_config(**model)
+    cfg["model"].update(alias="tiny-qwen", path=str(write_tiny_model(
+        spec=TinySpec(eos_weight=12.0 if ending else 0.0), tokenizer_from="qwen-0.5b")))
+    return cfg
+
+
 THINKING_TEMPLATE = (
     "{%- for m in messages -%}<|im_start|>{{ m.role }}\n"
     "{%- if m.role == 'assistant' and m.reasoning_content %}<think>\n{{ m.reasoning_content }}"
@@ -145,6 +157,16 @@ def gemma_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerPro
 @pytest.fixture(scope="session")
 def qwen_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     server = start_server(qwen_config(), tmp_path_factory.mktemp("qwen"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """The tiny Qwen-tokenizer model, n_ctx 2048, keep-alive beats every 50 ms."""
+    cfg = tiny_qwen_config(n_ctx=2048, n_seq_max=2)
+    cfg["server"]["keepalive_seconds"] = 0.05
+    server = start_server(cfg, tmp_path_factory.mktemp("tiny-qwen"))
     yield server
     server.stop()
 

@@ -218,3 +218,85 @@ def test_reasoning_comes_back_as_signed_thinking_blocks(tmp_path: Path) -> None:
         assert n_back > n_plain + 5
     finally:
         s.stop()
+
+
+# --- Claude Code's request shape, on the tiny Qwen-tokenizer model (tests/make_tiny_model.py):
+# only the protocol and the prompt's make-up count here, never the (random) text
+
+CLAUDE_CODE_BETAS = ("claude-code-20250219,interleaved-thinking-2025-05-14,"
+                     "context-management-2025-06-27,mid-conversation-system-2026-04-07,"
+                     "effort-2025-11-24,advanced-tool-use-2025-11-20")
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_qwen_server: ServerProcess) -> anthropic.Anthropic:
+    return anthropic.Anthropic(base_url=tiny_qwen_server.url, api_key="unused", max_retries=0,
+                               timeout=120)
+
+
+def _sdk_args(body: dict[str, Any], named: tuple[str, ...] = (
+        "messages", "system", "tools", "metadata", "thinking")) -> dict[str, Any]:
+    """A raw body as the SDK's arguments: known fields by name, the rest in extra_body."""
+    return {"model": "claude-code-default", **{k: body[k] for k in named if k in body},
+            "extra_body": {k: v for k, v in body.items()
+                           if k not in (*named, "stream", "max_tokens")},
+            "extra_headers": {"anthropic-beta": CLAUDE_CODE_BETAS}}
+
+
+def _count(client: anthropic.Anthropic, body: dict[str, Any]) -> int:
+    args = _sdk_args(body, ("messages", "system", "tools", "thinking"))  # no metadata here
+    return client.messages.count_tokens(**args).input_tokens
+
+
+def test_claude_codes_request_is_served_and_counted(tiny: anthropic.Anthropic) -> None:
+    from test_anthropic_request import CLAUDE_CODE_SHAPE
+    body = CLAUDE_CODE_SHAPE
+    with tiny.messages.stream(max_tokens=body["max_tokens"], **_sdk_args(body)) as stream:
+        final = stream.get_final_message()
+    # max_tokens 32000 is far beyond the 2,048-token context: cut to the room, not a 400
+    assert final.stop_reason in ("end_turn", "max_tokens") and final.usage.output_tokens > 0
+    prompt = final.usage.input_tokens + (final.usage.cache_read_input_tokens or 0)
+    assert _count(tiny, body) == prompt  # count_tokens takes the same body
+    # what is in the prompt: the mid-conversation system turn is; the billing header, a
+    # deferred tool no search loaded and a server tool are not
+    msgs, tools = body["messages"], body["tools"]
+    assert _count(tiny, {**body, "messages": msgs[:-1]}) < prompt
+    assert _count(tiny, {**body, "system": body["system"][1:]}) == prompt
+    assert _count(tiny, {**body, "tools": [t for t in tools if t["name"] != "Monitor"]}) \
+        == prompt
+    assert _count(tiny, {**body, "tools": [t for t in tools if t["name"] != "web_search"]}) \
+        == prompt
+    assert _count(tiny, {**body, "tools": [t for t in tools if t["name"] != "CronCreate"]}) \
+        < prompt
+
+
+def _words_for(client: anthropic.Anthropic, tokens: int) -> str:
+    """A user message of about ``tokens`` prompt tokens (template included)."""
+    def count(n: int) -> int:
+        return _count(client, {"messages": [{"role": "user", "content": "tick " * n}]})
+    base, per = count(100), (count(300) - count(100)) / 200
+    return "tick " * (100 + round((tokens - base) / per))
+
+
+def test_max_tokens_beyond_the_room_left_ends_at_the_context(tiny: anthropic.Anthropic) -> None:
+    text = _words_for(tiny, 2040)
+    r = tiny.messages.create(model="x", max_tokens=32000,
+                             messages=[{"role": "user", "content": text}])
+    prompt = r.usage.input_tokens + (r.usage.cache_read_input_tokens or 0)
+    assert 2000 < prompt < 2048
+    assert r.stop_reason == "max_tokens" and r.usage.output_tokens == 2048 - prompt
+    # a prompt that does not fit is still refused, naming the setting to raise
+    with pytest.raises(anthropic.BadRequestError) as err:
+        tiny.messages.create(model="x", max_tokens=100, messages=[
+            {"role": "user", "content": text + "tick " * 100}])
+    assert "model.n_ctx" in str(err.value) and err.value.body["type"] == "error"
+
+
+def test_the_stream_beats_while_a_long_prompt_prefills(tiny_qwen_server: ServerProcess) -> None:
+    events = named_events(f"{tiny_qwen_server.url}/v1/messages", {
+        "model": "x", "max_tokens": 4, "stream": True,
+        "messages": [{"role": "user", "content": "tock " * 900}]})  # ~1,800 tokens
+    kinds = [e["type"] for e in events]
+    first_block = kinds.index("content_block_start") if "content_block_start" in kinds \
+        else kinds.index("message_delta")
+    assert kinds[0] == "message_start" and "ping" in kinds[1:first_block], kinds[:10]

@@ -77,6 +77,27 @@ def test_shipped_configs_validate(name: str) -> None:
     parse(json.loads((ROOT / "configs" / name).read_text()))
 
 
+# The largest first prompts of the agent clients docs/COMPATIBILITY.md lists, measured on
+# their default requests, and the room an answer needs after one: a shipped chat config must
+# hold both in the context one sequence gets.
+CLIENT_PROMPTS = {"Codex CLI 0.169": 8_413, "Claude Code 2.1.332": 17_500}
+ANSWER_ROOM = 4_096
+NOT_FOR_AGENTS = {  # configs no agent client can use, and why
+    "all-minilm-l6-v2.json": "an embedding model", "bge-small-en-v1.5.json": "an embedding model",
+    "gemma3-270m.json": "a base model without a chat template (completions only)"}
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in (ROOT / "configs").glob("*.json")
+                                        if p.name not in NOT_FOR_AGENTS))
+def test_shipped_chat_configs_fit_the_agent_clients(name: str) -> None:
+    cfg = parse(json.loads((ROOT / "configs" / name).read_text())).model
+    per_sequence = cfg.n_ctx if cfg.kv_unified else cfg.n_ctx // cfg.n_seq_max
+    need = max(CLIENT_PROMPTS.values()) + ANSWER_ROOM
+    assert per_sequence >= need, (
+        f"{name}: a sequence gets {per_sequence} tokens of context; "
+        f"{max(CLIENT_PROMPTS, key=CLIENT_PROMPTS.__getitem__)} needs {need}")
+
+
 def test_mtmd_and_lora_fields(tmp_path: Path) -> None:
     cfg = parse(model(
         mtmd={"mmproj_path": "~/p.gguf", "embedding_cache": {"path": "~/e", "max_bytes": 5},

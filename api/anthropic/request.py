@@ -23,6 +23,13 @@ from api.web.errors import invalid
 from api.web.params import Body
 
 CLIENT_TOOL_TYPES = (None, "custom")
+ROLES = ("user", "assistant", "system")
+# content blocks of server tools (run by Anthropic's API, not here) in an assistant turn;
+# their results are every block type ending in "_tool_result" but "tool_result"
+SERVER_TOOL_BLOCKS = ("server_tool_use", "mcp_tool_use", "container_upload")
+EFFORTS = {"low": "low", "medium": "medium", "high": "high", "max": "high"}
+CLEAR_THINKING = "clear_thinking_20251015"
+BILLING_HEADER = "x-anthropic-billing-header:"
 
 
 @dataclass(frozen=True)
@@ -48,9 +55,26 @@ def _text(block: dict[str, Any], where: str) -> str:
     kind = block["type"]
     if kind == "text":
         return part_text(block, where)
+    source = block.get("source")
+    if kind == "document" and isinstance(source, dict):  # plain-text documents are read
+        if source.get("type") == "text" and isinstance(source.get("data"), str):
+            return _titled(block, source["data"])
+        if source.get("type") == "content":
+            return _titled(block, "\n".join(
+                _text(b, f"{where}.source.content[{i}]")
+                for i, b in enumerate(_blocks(source.get("content"), f"{where}.source"))))
+    if kind == "search_result":
+        return _titled(block, "\n".join(
+            _text(b, f"{where}.content[{i}]")
+            for i, b in enumerate(_blocks(block.get("content"), f"{where}.content"))))
     if kind in ("image", "document"):
         return part_text({"type": "input_image" if kind == "image" else "input_file"}, where)
     raise invalid(where, f"content block type {kind!r} is not allowed here")
+
+
+def _titled(block: dict[str, Any], text: str) -> str:
+    title = block.get("title")
+    return f"{title}\n{text}" if isinstance(title, str) and title else text
 
 
 def _image_url(block: dict[str, Any]) -> str | None:
@@ -67,21 +91,34 @@ def _image_url(block: dict[str, Any]) -> str | None:
     return None
 
 
-def _tool_result(block: dict[str, Any], where: str) -> dict[str, Any]:
+def _tool_result(block: dict[str, Any], where: str, loaded: set[str]) -> dict[str, Any]:
     content = block.get("content", "")
-    text = content if isinstance(content, str) else "\n".join(
-        _text(b, f"{where}.content[{i}]")
-        for i, b in enumerate(_blocks(content, f"{where}.content")))
+    texts = []
+    for i, b in enumerate([] if isinstance(content, str) else
+                          _blocks(content, f"{where}.content")):
+        if b["type"] == "tool_reference" and isinstance(b.get("tool_name"), str):
+            loaded.add(b["tool_name"])  # a tool search found it: its definition is loaded
+            texts.append(f"Tool loaded: {b['tool_name']}")
+        else:
+            texts.append(_text(b, f"{where}.content[{i}]"))
+    text = content if isinstance(content, str) else "\n".join(texts)
     if block.get("is_error"):
         text = f"Error: {text}"
     return {"role": "tool", "tool_call_id": block.get("tool_use_id"), "content": text}
 
 
-def _turn(i: int, message: Any) -> list[dict[str, Any]]:
+def _turn(i: int, message: Any, loaded: set[str]) -> list[dict[str, Any]]:
+    """One Anthropic message as chat messages; names of deferred tools its tool results
+    load (``tool_reference`` blocks, from a tool search) are added to ``loaded``."""
     where = f"messages[{i}]"
-    if not isinstance(message, dict) or message.get("role") not in ("user", "assistant"):
-        raise invalid(f"{where}.role", "each message needs a 'role' of 'user' or 'assistant'")
+    if not isinstance(message, dict) or message.get("role") not in ROLES:
+        raise invalid(f"{where}.role", "each message needs a 'role' of 'user', 'assistant' "
+                      "or 'system'")
     role = message["role"]
+    if role == "system":  # a mid-conversation system turn (placed by the chat template)
+        return [{"role": "system", "content": "\n".join(
+            _text(b, f"{where}.content[{j}]")
+            for j, b in enumerate(_blocks(message.get("content"), f"{where}.content")))}]
     texts: list[str] = []
     parts: list[dict[str, Any]] = []  # user text and images as chat content parts
     out: list[dict[str, Any]] = []
@@ -91,7 +128,9 @@ def _turn(i: int, message: Any) -> list[dict[str, Any]]:
         at = f"{where}.content[{j}]"
         kind = block["type"]
         if kind == "tool_result" and role == "user":
-            out.append(_tool_result(block, at))
+            out.append(_tool_result(block, at, loaded))
+        elif kind in SERVER_TOOL_BLOCKS or kind.endswith("_tool_result"):
+            continue  # a server tool's call or result (web search …): not run here
         elif kind == "tool_use" and role == "assistant":
             name, args = block.get("name"), block.get("input", {})
             if not isinstance(name, str) or not isinstance(args, dict):
@@ -125,14 +164,21 @@ def _turn(i: int, message: Any) -> list[dict[str, Any]]:
 
 
 def _system(raw: Any) -> str | None:
+    """The system prompt's text. Claude Code's ``x-anthropic-billing-header`` block is left
+    out: it is metadata for Anthropic's billing, not an instruction, and it carries a
+    fingerprint of the conversation's first message, so keeping it would make every new
+    conversation miss the prefix cache from its first tokens on."""
     if raw is None:
         return None
     if isinstance(raw, str):
         return raw
-    return "\n".join(_text(b, f"system[{i}]") for i, b in enumerate(_blocks(raw, "system")))
+    texts = [_text(b, f"system[{i}]") for i, b in enumerate(_blocks(raw, "system"))]
+    return "\n".join(t for t in texts if not t.startswith(BILLING_HEADER))
 
 
-def _tools(raw: Any) -> list[dict[str, Any]]:
+def _tools(raw: Any, loaded: set[str]) -> list[dict[str, Any]]:
+    """Client tools as chat function tools. A tool with ``defer_loading`` stays out of the
+    prompt until a tool search loads it (a ``tool_reference`` in a tool result)."""
     if raw is None:
         return []
     if not isinstance(raw, list):
@@ -143,6 +189,8 @@ def _tools(raw: Any) -> list[dict[str, Any]]:
             raise invalid(f"tools[{i}]", "each tool must be an object")
         if tool.get("type") not in CLIENT_TOOL_TYPES:
             continue  # a server tool (web search, code execution …): not run here
+        if tool.get("defer_loading") is True and tool.get("name") not in loaded:
+            continue
         name, schema = tool.get("name"), tool.get("input_schema", {"type": "object"})
         if not isinstance(name, str) or not name or not isinstance(schema, dict):
             raise invalid(f"tools[{i}]", "each tool needs a 'name' and an 'input_schema' "
@@ -171,6 +219,31 @@ def _tool_choice(raw: Any, chat: dict[str, Any]) -> None:
         chat["parallel_tool_calls"] = False
 
 
+def _clear_thinking(raw: Any, messages: list[dict[str, Any]]) -> None:
+    """Apply ``context_management``'s ``clear_thinking`` edit: the thinking of all but the
+    last ``keep`` assistant turns with thinking is dropped (``"all"`` keeps every one).
+    Other edits (``clear_tool_uses_…``) are accepted and not applied: a prompt that does
+    not fit the context gets the usual error, and clients compact their own history."""
+    if raw is None:
+        return
+    edits = raw.get("edits") if isinstance(raw, dict) else None
+    if not isinstance(edits, list) or not all(isinstance(e, dict) for e in edits):
+        raise invalid("context_management.edits", "'edits' must be a list of objects")
+    for i, edit in enumerate(edits):
+        if edit.get("type") != CLEAR_THINKING:
+            continue
+        keep = edit.get("keep", {"type": "thinking_turns", "value": 1})
+        if keep == "all":
+            continue
+        value = keep.get("value") if isinstance(keep, dict) else None
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise invalid(f"context_management.edits[{i}].keep",
+                          "'keep' must be 'all' or {'type': 'thinking_turns', 'value': n}")
+        thinking = [m for m in messages if m.get("reasoning_content")]
+        for m in thinking[:len(thinking) - value]:
+            del m["reasoning_content"]
+
+
 def parse_messages_request(body: Body, *, count_only: bool = False) -> MessagesRequest:
     data = body.data
     raw = data.get("messages")
@@ -180,8 +253,10 @@ def parse_messages_request(body: Body, *, count_only: bool = False) -> MessagesR
     system = _system(data.get("system"))
     if system:
         messages.append({"role": "system", "content": system})
+    loaded: set[str] = set()  # deferred tools a tool search has loaded
     for i, m in enumerate(raw):
-        messages += _turn(i, m)
+        messages += _turn(i, m, loaded)
+    _clear_thinking(data.get("context_management"), messages)
     chat: dict[str, Any] = {}
     if not count_only:
         max_tokens = body.integer("max_tokens", None, 1)
@@ -199,13 +274,15 @@ def parse_messages_request(body: Body, *, count_only: bool = False) -> MessagesR
     for name in ("model", "lora"):  # which LoRA adapters (api.web.lora)
         if data.get(name) is not None:
             chat[name] = data[name]
-    tools = _tools(data.get("tools"))
+    tools = _tools(data.get("tools"), loaded)
     if tools:
         chat["tools"] = tools
     _tool_choice(data.get("tool_choice"), chat)
     if "tool_choice" in chat and not tools and chat["tool_choice"] != "none":
         del chat["tool_choice"]
     output = data.get("output_config")
+    if output is not None and not isinstance(output, dict):
+        raise invalid("output_config", "'output_config' must be an object")
     fmt = output.get("format") if isinstance(output, dict) else None
     if isinstance(fmt, dict) and fmt.get("type") == "json_schema":
         if not isinstance(fmt.get("schema"), dict):
@@ -218,4 +295,10 @@ def parse_messages_request(body: Body, *, count_only: bool = False) -> MessagesR
     if isinstance(thinking, dict) and thinking.get("type") in ("enabled", "disabled",
                                                                 "adaptive"):
         extra["enable_thinking"] = thinking["type"] != "disabled"
+    effort = output.get("effort") if isinstance(output, dict) else None
+    if effort is not None:
+        if effort not in EFFORTS:
+            raise invalid("output_config.effort", "'effort' must be one of "
+                          + ", ".join(repr(e) for e in EFFORTS))
+        extra["reasoning_effort"] = EFFORTS[effort]  # the templates' name (gpt-oss …)
     return MessagesRequest(messages, chat, extra, body.boolean("stream", False))

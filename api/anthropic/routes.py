@@ -151,7 +151,8 @@ async def create_message(request: Request) -> Response:
     prep = await prepare(state, messages, rules, req.extra, params, messages_param="messages",
                          format_param="tools", media=request.state.media)
     gen = state.client.generate([prep.prompt], prep.params, 1, param="messages",
-                                media=prep.media, adapters=state.adapters(cbody))
+                                media=prep.media, adapters=state.adapters(cbody),
+                                clamp=True)  # max_tokens beyond the room left: cut
     msg_id = "msg_" + secrets.token_hex(12)
     head = {"id": msg_id, "type": "message", "role": "assistant", "model": state.model_name}
 

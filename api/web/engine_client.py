@@ -130,8 +130,10 @@ class EngineClient:
 
     def generate(self, prompts: Sequence[list[int]], params: SamplingParams, n: int,
                  param: str = "prompt", media: tuple[MediaSpan, ...] = (),
-                 adapters: tuple[tuple[str, float], ...] = ()) -> Generation:
-        """Admission-check and submit every (prompt, choice); all or nothing."""
+                 adapters: tuple[tuple[str, float], ...] = (),
+                 clamp: bool = False) -> Generation:
+        """Admission-check and submit every (prompt, choice); all or nothing. ``clamp``:
+        a ``max_tokens`` beyond the context's room is cut to it (the Anthropic API)."""
         count = len(prompts) * n
         if self.outstanding + count > self.max_outstanding:
             raise APIError("The server is at capacity (its queue is full); retry shortly.",
@@ -145,7 +147,8 @@ class EngineClient:
                                code="invalid_value")
             for i in range(n):
                 try:
-                    max_new = self.model.max_new_tokens(len(prompt), params.max_tokens)
+                    max_new = self.model.max_new_tokens(len(prompt), params.max_tokens,
+                                                          clamp=clamp)
                 except ContextLengthExceeded as exc:
                     raise APIError(str(exc), param=param, code="context_length_exceeded") \
                         from None
