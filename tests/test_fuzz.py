@@ -211,7 +211,9 @@ def test_media_and_lora_inputs_never_get_a_5xx(fuzz_server: ServerProcess,
 
     check()
     assert statuses.get(200, 0) >= 10 and statuses.get(400, 0) >= 50, statuses
-    assert codes.get("invalid_media", 0) >= 20 and codes.get("lora_not_found", 0) >= 3, codes
+    # Ollama's routes (their errors carry no code) take a share of the cases: 17 of these
+    # came back invalid_media once they joined
+    assert codes.get("invalid_media", 0) >= 15 and codes.get("lora_not_found", 0) >= 3, codes
     assert_healthy_and_media_works(fuzz_server, http)
 
 
