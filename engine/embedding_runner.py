@@ -1,5 +1,9 @@
 """Pooled embeddings through llama.cpp: many inputs, one batch, one sequence id each.
 
+Rank pooling (rerankers: a classification head, ``pooling_type`` 4 in the GGUF or the
+config) gives ``llama_model_n_cls_out`` values per input instead of a vector; the first is
+the relevance score (``engine/rerank.py`` builds the prompts the way llama-server does).
+
 An embedding-only model (BERT and kin) uses the runner's own context, created with
 ``embeddings`` on. A generation model configured with ``embedding: true`` gets a
 second, small context on the same weights, so embedding batches never touch the
@@ -16,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from engine.config import ModelConfig
+from engine.rerank import RerankFormat, vocab_format
 from engine.runner import L, ModelLoadError, NumpyBatch, Runner
 
 POOLING_NONE, POOLING_MEAN, POOLING_RANK = 0, 1, 4
@@ -33,15 +38,22 @@ class EmbeddingRunner:
                                           n_seq_max=min(MAX_EMBED_SEQS, cfg.n_batch))
             self._owned = True
         self.pooling = int(L.llama_pooling_type(self.ctx))
-        if self.pooling in (POOLING_NONE, POOLING_RANK):
+        if self.pooling == POOLING_NONE:
             self.close()
             raise ModelLoadError("this model's pooling type cannot produce one vector per "
-                                 "input; set model.pooling_type (1 mean, 2 cls, 3 last)")
+                                 "input; set model.pooling_type (1 mean, 2 cls, 3 last, "
+                                 "4 rank for a reranker)")
         self.mem = L.llama_get_memory(self.ctx)  # NULL for encoder-only models
         self.n_embd = int(L.llama_model_n_embd(runner.model))
+        self.rank = self.pooling == POOLING_RANK  # a reranker: scores, not vectors
+        # values per input: the pooled vector, or the classification head's outputs
+        self.n_out = int(L.llama_model_n_cls_out(runner.model)) if self.rank else self.n_embd
+        self.rerank_format = _rerank_format(runner) if self.rank else None
         self.n_batch = int(L.llama_n_batch(self.ctx))
         self.n_seq_max = int(L.llama_n_seq_max(self.ctx))
         self.max_input = min(self.n_batch, int(L.llama_model_n_ctx_train(runner.model)))
+        if self.mem:  # a causal model: every input needs its KV cells
+            self.max_input = min(self.max_input, int(L.llama_n_ctx_seq(self.ctx)))
         self._batch = NumpyBatch(self.n_batch)
 
     def close(self) -> None:
@@ -69,15 +81,27 @@ class EmbeddingRunner:
             status = int(L.llama_encode(self.ctx, b.batch))
         if status != 0:
             raise RuntimeError(f"llama.cpp embedding batch returned {status}")
-        out = np.empty((len(inputs), self.n_embd), dtype=np.float32)
+        out = np.empty((len(inputs), self.n_out), dtype=np.float32)
         for seq in range(len(inputs)):
             ptr = L.llama_get_embeddings_seq(self.ctx, seq)
             if not ptr:
                 raise RuntimeError(f"llama.cpp returned no embedding for sequence {seq}")
-            out[seq] = np.ctypeslib.as_array(ptr, shape=(self.n_embd,))
+            out[seq] = np.ctypeslib.as_array(ptr, shape=(self.n_out,))
         if self.mem:
             L.llama_memory_clear(self.mem, True)
         return out
+
+
+def _rerank_format(runner: Runner) -> RerankFormat:
+    """How llama-server lays out a (query, document) pair for this model: the GGUF's
+    ``rerank`` template, else the vocabulary's BOS / EOS / SEP flags."""
+    raw = L.llama_model_chat_template(runner.model, b"rerank")
+    v = runner.vocab
+    return vocab_format(raw.decode("utf-8") if raw else None,
+                        bos=int(L.llama_vocab_bos(v)), eos=int(L.llama_vocab_eos(v)),
+                        sep=int(L.llama_vocab_sep(v)), add_bos=bool(L.llama_vocab_get_add_bos(v)),
+                        add_eos=bool(L.llama_vocab_get_add_eos(v)),
+                        add_sep=bool(L.llama_vocab_get_add_sep(v)))
 
 
 def _with_pooling(runner: Runner, cfg: ModelConfig) -> ModelConfig:

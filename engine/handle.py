@@ -1,7 +1,7 @@
 """``ModelHandle``: the one object ``api/`` holds for a loaded model.
 
-Everything the HTTP side asks of a model goes through here: generating and embedding
-(hand a request or a job over, cancel it), the tokenizer, the model's limits, a grammar
+Everything the HTTP side asks of a model goes through here: generating, embedding and
+reranking (hand a request or a job over, cancel it), the tokenizer, the model's limits, a grammar
 check, media tokenization, LoRA adapter names, metrics, health, start and stop. The
 handle delegates to the model's ``Engine`` (and through it to the ``Runner`` and the
 ``Projector``); ``api/`` imports no other engine module that holds llama.cpp state
@@ -9,9 +9,10 @@ handle delegates to the model's ``Engine`` (and through it to the ``Runner`` and
 process behind this class without the API noticing.
 
 Thread use: ``submit``, ``cancel``, ``cancel_all``, ``submit_embed`` and the health
-properties may be called from any thread; the tokenizer, ``check_grammar`` and
-``tokenize_media`` block (run them on the prepare pool); ``start`` / ``stop`` / ``close``
-belong to whoever owns the model's lifetime (the app's lifespan, the model registry).
+properties may be called from any thread; the tokenizer, ``rerank_prompts``,
+``check_grammar`` and ``tokenize_media`` block (run them on the prepare pool); ``start`` /
+``stop`` / ``close`` belong to whoever owns the model's lifetime (the app's lifespan, the
+model registry).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ __all__ = [
     "MediaSupport",
     "ModelHandle",
     "Publish",
+    "RerankShape",
 ]
 
 
@@ -46,6 +48,14 @@ class EmbeddingShape:
 
     dimensions: int  # length of a pooled vector
     max_input: int  # tokens per input
+
+
+@dataclass(frozen=True)
+class RerankShape:
+    """What a reranker (rank pooling) accepts."""
+
+    max_input: int  # tokens per (query, document) prompt
+    template: bool  # prompts come from the GGUF's rerank template (an LLM reranker)
 
 
 @dataclass(frozen=True)
@@ -119,14 +129,30 @@ class ModelHandle:
         a child process). Blocking."""
         self._runner.check_grammar(params)
 
-    # -- embeddings ----------------------------------------------------------------------
+    # -- embeddings and reranking ---------------------------------------------------------
     @property
     def embeddings(self) -> EmbeddingShape | None:
         """The embedding shape, or None when the model does not serve embeddings."""
         embedder = self._engine.embedder
-        if embedder is None:
+        if embedder is None or embedder.rank:
             return None
         return EmbeddingShape(dimensions=embedder.n_embd, max_input=embedder.max_input)
+
+    @property
+    def reranker(self) -> RerankShape | None:
+        """The rerank shape, or None when the model has no rank pooling."""
+        embedder = self._engine.embedder
+        if embedder is None or embedder.rerank_format is None:
+            return None
+        return RerankShape(max_input=embedder.max_input,
+                           template=embedder.rerank_format.template is not None)
+
+    def rerank_prompts(self, query: str, documents: list[str]) -> list[list[int]]:
+        """One prompt per document, as llama-server builds them (``engine.rerank``); score
+        them with ``submit_embed``: the first value of each row is the score. Blocking."""
+        embedder = self._engine.embedder
+        assert embedder is not None and embedder.rerank_format is not None, "not a reranker"
+        return embedder.rerank_format.prompts(query, documents, self._runner.tokenize)
 
     def submit_embed(self, job: EmbedJob) -> None:
         """Queue an embedding job (packed with others); raises ``EngineError`` when the

@@ -91,6 +91,10 @@ async def create_embedding(request: Request) -> Response:
     body = Body(await read_json(request, server.body_limits))
     state = await server.route(body.data.get("model"), request.scope)
     shape = state.model.embeddings
+    if shape is None and state.model.reranker is not None:
+        raise APIError(f"{state.model_name} is a reranker: it scores documents at /v1/rerank "
+                       "and /v1/score, it has no embeddings", param="model",
+                       code="embeddings_disabled")
     if shape is None:
         raise APIError("This model does not serve embeddings; set model.embedding: true in the "
                        "server config", param="model", code="embeddings_disabled")

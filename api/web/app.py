@@ -23,6 +23,7 @@ from api.openai.completions import create_completion
 from api.openai.embeddings import create_embedding
 from api.openai.infill import infill
 from api.openai.tokenize import detokenize, tokenize
+from api.rerank.routes import rerank, score
 from api.responses.reasoning_seal import ReasoningSeal
 from api.responses.routes import create_response, delete_response, get_response
 from api.responses.store import open_response_store
@@ -214,6 +215,9 @@ def build_app(config: Config, model: ModelHandle, manage_engine: bool = True,
         Route("/v1/messages", create_message, methods=["POST"]),
         Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]),
         Route("/v1/embeddings", create_embedding, methods=["POST"]),
+        *[Route(path, rerank, methods=["POST"])
+          for path in ("/v1/rerank", "/rerank", "/v1/reranking", "/reranking")],
+        Route("/v1/score", score, methods=["POST"]),
         Route("/v1/responses", create_response, methods=["POST"]),
         WebSocketRoute("/v1/responses", responses_websocket),
         Route("/v1/responses/{response_id}", get_response, methods=["GET"]),

@@ -153,6 +153,10 @@ class ModelState:
 
     def require_generative(self) -> None:
         """An embedding-only model cannot complete text: a 400 for chat/completions."""
+        if self.model.embedding_only and self.model.reranker is not None:
+            raise APIError(f"{self.model_name} is a reranker: it serves /v1/rerank and "
+                           "/v1/score, not text generation", param="model",
+                           code="model_not_generative")
         if self.model.embedding_only:
             raise APIError(f"{self.model_name} is an embedding model: it serves /v1/embeddings, "
                            "not text generation", param="model", code="model_not_generative")
