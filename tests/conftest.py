@@ -213,6 +213,16 @@ def minilm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerPr
     server.stop()
 
 
+def reranker_config(kind: str, **model: Any) -> dict[str, Any]:
+    """A random-weight reranker GGUF (tests/make_reranker_models.py; "bert" cross-encoder or
+    "qwen3" LLM reranker), written into the test-model cache on first use: its scores are
+    noise, for tests of the plumbing."""
+    from make_reranker_models import write_reranker
+    return {"model": {"alias": f"reranker-{kind}", "path": str(write_reranker(kind)),
+                      "n_ctx": 4096, "n_seq_max": 16, "n_batch": 2048, "n_ubatch": 2048,
+                      "threads": 2, "threads_batch": 2, **model}}
+
+
 # --- llama.cpp RPC servers (tests/test_rpc.py, bench/rpc_split.py) ---------------------------
 
 
