@@ -498,6 +498,11 @@ class Engine:
                 prompt_tokens += len(item.tokens)
                 if r.num_computed == len(r.prompt):
                     self.cache.prefill_done(r)
+                    if r.media and log.isEnabledFor(logging.DEBUG):
+                        log.debug("request %d prefilled: %d prompt tokens (KV cells), media "
+                                  "at positions %s, next position %d", r.id, len(r.prompt),
+                                  [r.positions.next(m.start) for m in r.media],
+                                  r.positions.next(len(r.prompt)))
             if r.params.prompt_logprobs and not r.output:
                 self._prompt_logprobs(item, index)
             if item.n_draft and r.status is Status.RUNNING:

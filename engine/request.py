@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.detokenizer import IncrementalDetokenizer
-from engine.media.spans import MediaSpan, reusable, segment_end, span_at
+from engine.media.spans import IDENTITY, MediaSpan, PositionMap, reusable, segment_end, span_at
 
 
 @dataclass(frozen=True)
@@ -120,6 +120,12 @@ class Request:
     t_last: float = 0.0
     media: tuple[MediaSpan, ...] = ()  # images / audio in the prompt, in order
     adapters: tuple[tuple[str, float], ...] = ()  # LoRA (name, scale), sorted; () = base
+    # prompt index -> KV position (M-RoPE media take fewer positions than tokens)
+    positions: PositionMap = IDENTITY
+
+    def __post_init__(self) -> None:
+        if self.media:
+            self.positions = PositionMap.of(self.media)
 
     @property
     def num_tokens(self) -> int:

@@ -110,12 +110,13 @@ class ModelLoadError(RuntimeError):
 class NumpyBatch:
     """A ``llama_batch`` whose arrays are numpy buffers: filling it is slice assignment,
     not a Python loop over ctypes fields. One sequence id per token. With ``n_embd``, it
-    carries embedding rows (media) instead of token ids."""
+    carries embedding rows (media) instead of token ids, and room for four positions per
+    row (M-RoPE: llama.cpp reads ``pos[j * n_tokens + i]``, section-major)."""
 
     def __init__(self, n: int, n_embd: int = 0) -> None:
         self.tok = np.zeros(n, dtype=np.int32)
         self.embd = np.zeros((n, n_embd), dtype=np.float32) if n_embd else None
-        self.pos = np.zeros(n, dtype=np.int32)
+        self.pos = np.zeros(4 * n if n_embd else n, dtype=np.int32)
         self.nseq = np.ones(n, dtype=np.int32)
         self.seq = np.zeros(n, dtype=np.int32)
         self.out = np.zeros(n, dtype=np.int8)
@@ -460,14 +461,22 @@ class Runner:
             if not group:
                 continue
             n = 0
+            mrope = any(span.mrope for _, span in group)
+            sections = []
             for item, span in group:
                 assert span.embd is not None
                 k, first = len(item.tokens), item.pos - span.start
                 b.embd[n : n + k] = span.embd[first : first + k]
-                b.pos[n : n + k] = b.arange[:k] + item.pos
+                p0 = item.request.positions.next(span.start)
+                if mrope:  # as mtmd_helper_decode_image_chunk sets them
+                    sections.append(span.row_positions(first, k, p0))
+                else:
+                    b.pos[n : n + k] = b.arange[:k] + p0 + first
                 b.seq[n : n + k] = item.request.seq_id
                 b.out[n : n + k] = 0
                 n += k
+            if mrope:
+                b.pos[: 4 * n] = np.concatenate(sections, axis=1).ravel()
             b.batch.n_tokens = n
             if whole:
                 L.llama_set_causal_attn(self.ctx, False)
@@ -488,14 +497,16 @@ class Runner:
         for item in items:
             k = len(item.tokens)
             sid = item.request.seq_id
+            # text: one position per token, after the media before it (engine.media.spans)
+            at = item.request.positions.next(item.pos)
             if k == 1:
                 tok[n] = item.tokens[0]
-                pos[n] = item.pos
+                pos[n] = at
                 seq[n] = sid
                 out[n] = item.logits
             else:
                 tok[n : n + k] = item.tokens
-                pos[n : n + k] = b.arange[:k] + item.pos
+                pos[n : n + k] = b.arange[:k] + at
                 seq[n : n + k] = sid
                 every = item.request.params.prompt_logprobs or item.n_draft > 0
                 out[n : n + k] = every
@@ -576,12 +587,14 @@ class Runner:
             raise RuntimeError(f"llama.cpp could not copy the partial state of sequence {seq}")
         return ctypes.string_at(buf, n)
 
-    def seq_rewind(self, seq: int, n: int, data: bytes, src: int | None = None) -> bool:
-        """``seq`` := its own (or ``src``'s) first ``n`` positions, with the recurrent state
-        ``data`` taken when the sequence was at ``n``: the snapshot replaces the recurrent
+    def seq_rewind(self, seq: int, n: int, data: bytes, src: int | None = None,
+                   last: int | None = None) -> bool:
+        """``seq`` := its own (or ``src``'s) positions below ``n``, with the recurrent state
+        ``data`` taken when the sequence was there: the snapshot replaces the recurrent
         part, then the attention KV is cut at ``n``. False (``seq`` then holds something
         unknown: the caller clears it) when llama.cpp refuses the data or the restored
-        state is not at ``n``."""
+        state is not at ``last`` (the highest position kept: ``n - 1``, or an M-RoPE
+        media's own position when the snapshot follows one)."""
         if src is not None:
             if self.unified:
                 L.llama_memory_seq_cp(self.mem, src, seq, 0, n)
@@ -591,7 +604,7 @@ class Runner:
         if int(L.llama_state_seq_set_data_ext(self.ctx, buf, len(data), seq, PARTIAL_ONLY)) <= 0:
             return False
         # a hybrid memory's last position is the smaller of the attention's and the state's
-        if int(L.llama_memory_seq_pos_max(self.mem, seq)) != n - 1:
+        if int(L.llama_memory_seq_pos_max(self.mem, seq)) != (n - 1 if last is None else last):
             return False
         return self.seq_trim(seq, n)
 

@@ -49,7 +49,8 @@ class FakeKv:
         return json.dumps({"state": self.state.get(seq, 0), "wrong": seq in self.wrong,
                            "pad": "x" * 100}).encode()
 
-    def seq_rewind(self, seq: int, n: int, data: bytes, src: int | None = None) -> bool:
+    def seq_rewind(self, seq: int, n: int, data: bytes, src: int | None = None,
+                   last: int | None = None) -> bool:
         self.ops.append(("rewind", seq, n, src))
         if src is not None:
             self.seqs[seq] = [p for p in self.seqs.get(src, []) if p < n]

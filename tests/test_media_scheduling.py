@@ -16,7 +16,9 @@ from test_prefix_cache import check_in_sync, step
 
 from engine.caches.prefix_cache import PrefixCache
 from engine.media.spans import (
+    IDENTITY,
     MediaSpan,
+    PositionMap,
     is_media_token,
     media_tokens,
     reusable,
@@ -227,3 +229,57 @@ def test_prefix_cache_never_crosses_adapter_sets(
         assert r.cached_tokens == len(prompt) - 1
         s.remove(r)
     check_in_sync(s, kv)
+
+
+# -- M-RoPE positions ---------------------------------------------------------------------
+
+
+def mrope_span(start: int, nx: int, ny: int, key: str = "m") -> MediaSpan:
+    return MediaSpan(start, nx * ny, key, "image", n_pos=max(nx, ny), grid=(nx, ny), mrope=True)
+
+
+def test_position_map_of_mrope_images() -> None:
+    # 10 text, a 4x2 image (8 tokens, 4 positions), 5 text, a 3x3 image (9, 3), text
+    spans = (mrope_span(10, 4, 2), mrope_span(23, 3, 3, "n"))
+    m = PositionMap.of(spans)
+    assert [m.next(i) for i in (0, 9, 10)] == [0, 9, 10]
+    assert [m.next(i) for i in range(11, 18)] == [10] * 7  # inside: the image's position
+    assert [m.next(i) for i in (18, 22, 23, 32, 33)] == [14, 18, 19, 22, 23]
+    assert m.last(18) == 10 and m.last(19) == 14 and m.last(32) == 19 and m.last(33) == 22
+    assert PositionMap.of([MediaSpan(3, 4, "k", "image")]) is IDENTITY  # LLaVA-style
+    assert IDENTITY.next(57) == 57 and IDENTITY.last(57) == 56
+
+
+def test_row_positions_are_mtmds() -> None:
+    """mtmd_image_tokens_get_decoder_pos + set_position_mrope_2d: [t, row, column, 0]."""
+    rows = mrope_span(10, 4, 2).row_positions(2, 5, 10)  # rows 2..6 of a 4-wide grid
+    assert rows.tolist() == [[10] * 5, [10, 10, 11, 11, 11], [12, 13, 10, 11, 12], [0] * 5]
+    audio = MediaSpan(0, 3, "a", "audio", mrope=True).row_positions(0, 3, 7)
+    assert audio.tolist() == [[7, 8, 9]] * 4
+
+
+def test_prefix_cache_cuts_and_copies_by_position() -> None:
+    """A follow-up diverging after an M-RoPE image is cut at the position of its first new
+    token, not at its index; a copy covers the positions of the shared tokens."""
+    s, kv = make()
+    before, key = TEXT_A[:20], "img"
+    prompt = [*before, *media_tokens(key, 8), *TEXT_B]
+    spans = (mrope_span(20, 4, 2, key),)
+    a = req(prompt, spans)
+    s.add(a)
+    while not a.prefill_done or not a.output:
+        encode_pending(s)
+        step(s, kv)
+    s.remove(a)
+    assert a.positions.next(len(prompt)) == len(prompt) - 4
+    b = req([*prompt[:30], 9, 9, 9], spans)  # diverges 2 tokens after the image
+    s.add(b)
+    encode_pending(s)
+    step(s, kv)
+    assert b.cached_tokens == 30
+    assert ("trim", b.seq_id, 26) in kv.ops  # 30 tokens hold positions 0..25
+    c = req([*prompt[:29], 8, 8], spans)  # b is busy: a copy of its first 29 tokens
+    s.add(c)
+    encode_pending(s)
+    step(s, kv)
+    assert c.cached_tokens == 29 and ("copy", b.seq_id, c.seq_id, 25) in kv.ops

@@ -38,6 +38,12 @@ snapshot at ``p``: in place (the snapshot restored, the attention KV cut at ``p`
 saved with the sequence's disk entry and serve a load from disk the same way. A snapshot
 llama.cpp refuses is dropped (logged, counted) and the prompt is evaluated.
 
+Everything here counts tokens (KV cells); llama.cpp cuts and copies by position. With
+M-RoPE media (``engine.media.spans.PositionMap``) the two differ, and every cut or copy
+at ``n`` tokens goes through the request's own map: positions depend only on the tokens
+before ``n``, so the request's map is right for whichever cached sequence, busy source or
+disk entry shares those tokens with it.
+
 At least one prompt token is always evaluated, so there are logits to sample.
 The module is pure Python: llama.cpp is reached through ``KvOps``.
 """
@@ -81,14 +87,17 @@ class KvOps(Protocol):
     @property
     def recurrent(self) -> bool: ...  # recurrent or hybrid memory: see the module doc
     def seq_trim(self, seq: int, keep: int) -> bool: ...  # drop positions >= keep
-    def seq_copy(self, src: int, dst: int, n: int) -> bool: ...  # dst := first n of src
+    def seq_copy(self, src: int, dst: int, n: int) -> bool: ...  # dst := positions < n of src
     def seq_clear(self, seq: int) -> None: ...
     def seq_pos_min(self, seq: int) -> int: ...
     def state_get(self, seq: int) -> bytearray: ...
     def state_set(self, seq: int, data: bytearray) -> bool: ...
     # snapshots (recurrent memory): the recurrent part only, and its restore
     def state_get_partial(self, seq: int) -> bytes: ...
-    def seq_rewind(self, seq: int, n: int, data: bytes, src: int | None = None) -> bool: ...
+    # (n: the position to continue at; last: the highest position kept, n - 1 unless media
+    # end there)
+    def seq_rewind(self, seq: int, n: int, data: bytes, src: int | None = None,
+                   last: int | None = None) -> bool: ...
     def is_eog(self, token: int) -> bool: ...  # ends a message (snapshot positions)
 
 
@@ -255,7 +264,8 @@ class PrefixCache:
         if n <= 0 or self.n_swa <= 0:
             return max(n, 0), None
         pos_min = self.kv.seq_pos_min(slot.seq_id)
-        return (n if 0 <= pos_min <= max(0, n - self.n_swa) else 0), None
+        at = r.positions.next(n) if r is not None else n
+        return (n if 0 <= pos_min <= max(0, at - self.n_swa) else 0), None
 
     def _victim(self, keep: tuple[Slot, ...] = ()) -> Slot:
         """The free slot to clear: short cached content first, then an empty slot, then the
@@ -277,7 +287,7 @@ class PrefixCache:
         diverges = n < len(src.tokens)
         if in_place:
             dst = src
-            if n < len(dst.tokens) and not self.kv.seq_trim(dst.seq_id, n):
+            if n < len(dst.tokens) and not self.kv.seq_trim(dst.seq_id, r.positions.next(n)):
                 self._evict(dst)  # llama.cpp cannot cut this memory (recurrent state)
                 return dst, 0, ""
             self.ledger.truncate(dst.seq_id, n)
@@ -286,7 +296,7 @@ class PrefixCache:
         else:
             dst = self._victim(keep=(src,))
             self._evict(dst)
-            if not self.kv.seq_copy(src.seq_id, dst.seq_id, n):
+            if not self.kv.seq_copy(src.seq_id, dst.seq_id, r.positions.next(n)):
                 self._evict(dst)
                 return dst, 0, ""
             self.ledger.copy(src.seq_id, dst.seq_id, n)
@@ -306,7 +316,8 @@ class PrefixCache:
         dst = src if in_place else self._victim(keep=(src,))
         if not in_place:
             self._evict(dst)
-        if not self.kv.seq_rewind(dst.seq_id, n, snap.data, None if in_place else src.seq_id):
+        if not self.kv.seq_rewind(dst.seq_id, r.positions.next(n), snap.data,
+                                  None if in_place else src.seq_id, last=r.positions.last(n)):
             self._snapshot_failed(snap, f"sequence {src.seq_id}")
             self._evict(dst)
             return dst, 0, ""
@@ -410,7 +421,9 @@ class PrefixCache:
                     self.snaps.add(dst.seq_id, pos, snapshots[pos])
             if rewind:
                 snap = self.snaps.get(dst.seq_id, n)
-                if snap is None or not self.kv.seq_rewind(dst.seq_id, n, snap.data):
+                if snap is None or not self.kv.seq_rewind(dst.seq_id, r.positions.next(n),
+                                                          snap.data,
+                                                          last=r.positions.last(n)):
                     if snap is not None:
                         self._snapshot_failed(snap, f"disk cache entry {name}")
                     self._evict(dst)
@@ -420,7 +433,8 @@ class PrefixCache:
                 dst.tokens = dst.tokens[:n]
                 self._restored(n, "disk")
             elif n < len(stored):  # diverges (or the whole prompt was stored): cut there
-                if self._usable(dst, n)[0] < n or not self.kv.seq_trim(dst.seq_id, n):
+                if self._usable(dst, n, r)[0] < n or not self.kv.seq_trim(
+                        dst.seq_id, r.positions.next(n)):
                     self._evict(dst)
                     return None
                 self.ledger.truncate(dst.seq_id, n)
@@ -443,7 +457,7 @@ class PrefixCache:
         slot = self.slots[r.seq_id]
         if n >= len(slot.tokens):
             return
-        if not self.kv.seq_trim(slot.seq_id, n):
+        if not self.kv.seq_trim(slot.seq_id, r.positions.next(n)):
             raise RuntimeError("llama.cpp cannot remove rejected draft tokens from this memory")
         self.ledger.truncate(slot.seq_id, n)
         self.snaps.truncate(slot.seq_id, n)

@@ -153,7 +153,9 @@ class Drafting:
         """After a target decode: the MTP head takes the batch's hidden states."""
         if self.mtp is not None:
             try:
-                self.mtp.absorb([(i.request.seq_id, i.tokens, i.pos) for i in items])
+                # (prompts with media never draft, and the MTP head cannot read media)
+                self.mtp.absorb([(i.request.seq_id, i.tokens, i.pos) for i in items
+                                 if not i.request.media])
             except Exception:
                 log.exception("MTP catch-up failed")
 

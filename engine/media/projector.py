@@ -108,10 +108,9 @@ class Projector:
             raise ProjectorError(f"model.mtmd: llama.cpp could not load the projector {path} "
                                  f"for this model: {reason}")
         self.ctx = ctx
-        if M.mtmd_decode_use_mrope(ctx):
-            self.close()
-            raise ProjectorError("model.mtmd: this projector uses M-RoPE positions (Qwen2-VL "
-                                 "family), which llamaserve does not support yet")
+        # M-RoPE (Qwen-VL family): a media advances the position by mtmd_input_chunk_get_n_pos
+        # and its rows carry four position components (engine.media.spans.PositionMap)
+        self.mrope = bool(M.mtmd_decode_use_mrope(ctx))
         self.path = path
         self.cfg = cfg
         self.vision = bool(M.mtmd_support_vision(ctx))
@@ -197,9 +196,19 @@ class Projector:
             if whole and n_tokens > self.n_ubatch:
                 raise MediaError(-1, f"a media needs {n_tokens} positions in one micro-batch, "
                                  f"more than model.n_ubatch ({self.n_ubatch})")
+            image = kind == M.MTMD_INPUT_CHUNK_TYPE_IMAGE
+            grid = None
+            if self.mrope and image:
+                it = M.mtmd_input_chunk_get_tokens_image(chunk)
+                grid = (int(M.mtmd_image_tokens_get_nx(it)), int(M.mtmd_image_tokens_get_ny(it)))
+                if grid[0] * grid[1] != n_tokens:
+                    raise MediaError(-1, f"the projector's image grid {grid} does not match "
+                                     f"its {n_tokens} tokens")
             span = MediaSpan(start=len(tokens), n_tokens=n_tokens, key=key,
-                             kind="audio" if kind == M.MTMD_INPUT_CHUNK_TYPE_AUDIO else "image",
-                             chunk=_Chunk(M.mtmd_input_chunk_copy(chunk)), whole=whole)
+                             kind="image" if image else "audio",
+                             chunk=_Chunk(M.mtmd_input_chunk_copy(chunk)), whole=whole,
+                             n_pos=int(M.mtmd_input_chunk_get_n_pos(chunk)), grid=grid,
+                             mrope=self.mrope)
             tokens.extend(media_tokens(key, n_tokens))
             spans.append(span)
         return MediaPrompt(tokens, tuple(spans))
