@@ -44,6 +44,8 @@ def model(**fields: object) -> dict[str, object]:
          "model.loras[1].name: two adapters are called 'x'"),
         (model(loras=[{"path": "a.gguf", "sacle": 1}]), "model.loras[0].sacle: unknown field"),
         (model(n_batch=64, n_ubatch=128), "model.n_ubatch: must not exceed model.n_batch"),
+        (model(sampling={"temprature": 0}), "model.sampling.temprature: unknown field"),
+        (model(sampling={"top_p": 2}), "model.sampling.top_p: 2 is greater than the maximum"),
         ({**model(), "disk_cache": {"path": "/tmp/x", "max_bytes": -1}},
          "disk_cache.max_bytes: -1 is less than the minimum of 0"),
     ],
@@ -60,6 +62,18 @@ def test_defaults_and_template_array() -> None:
     assert cfg.model.chat_template == "{{ a }}{{ b }}"
     assert cfg.model.served_name() == "m"
     assert cfg.disk_cache is None
+
+
+def test_sampling_defaults_fill_what_a_request_leaves_out() -> None:
+    from api.web.params import Body, sampling
+    cfg = parse(model(sampling={"temperature": 0, "top_k": 20, "repeat_penalty": 1.05}))
+    got = sampling(Body({"top_p": 0.5}), n_vocab=100, defaults=cfg.model.sampling)
+    assert (got.temperature, got.top_k, got.repeat_penalty) == (0.0, 20, 1.05)
+    assert got.top_p == 0.5 and got.min_p == 0.05  # the request's own; llama.cpp's default
+    assert sampling(Body({"temperature": 1.5}), n_vocab=100,
+                    defaults=cfg.model.sampling).temperature == 1.5
+    plain = sampling(Body({}), n_vocab=100)  # no model.sampling: llama-server's defaults
+    assert (plain.temperature, plain.top_k, plain.top_p) == (0.8, 40, 0.95)
 
 
 def test_served_name_is_never_a_path() -> None:

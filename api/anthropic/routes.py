@@ -147,7 +147,8 @@ class _Blocks:
 async def create_message(request: Request) -> Response:
     state, req, messages, cbody = await _start(request)
     rules = parse_rules(cbody)
-    params = sampling(cbody, n_vocab=state.model.n_vocab)
+    params = sampling(cbody, n_vocab=state.model.n_vocab,
+                      defaults=state.model_config.sampling)
     prep = await prepare(state, messages, rules, req.extra, params, messages_param="messages",
                          format_param="tools", media=request.state.media)
     gen = state.client.generate([prep.prompt], prep.params, 1, param="messages",

@@ -50,7 +50,8 @@ async def chat(request: Request) -> Response:
                               "response_format": response_format(body.data.get("format"))}))
     extra = think(body.data.get("think"), supported=thinks(state), model=name)
     params = sampling_params(body.data.get("options"), n_vocab=state.model.n_vocab,
-                             n_ctx=state.model.n_ctx_seq)
+                             n_ctx=state.model.n_ctx_seq,
+                             defaults=state.model_config.sampling)
     media = state.media_refs()
     messages = parse_messages(Body({"messages": conversation}), media)
     prep = await prepare(state, messages, rules, extra, params, messages_param="messages",

@@ -80,7 +80,8 @@ async def generate(request: Request) -> Response:
     rules = parse_rules(Body({"response_format": response_format(body.data.get("format"))}))
     extra = think(body.data.get("think"), supported=thinks(state), model=name)
     params = sampling_params(body.data.get("options"), n_vocab=state.model.n_vocab,
-                             n_ctx=state.model.n_ctx_seq)
+                             n_ctx=state.model.n_ctx_seq,
+                             defaults=state.model_config.sampling)
     context = _context(body.data.get("context"), state.model.n_vocab)
     parser: Parser
     if suffix or raw or state.template is None:

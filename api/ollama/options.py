@@ -21,6 +21,7 @@ from typing import Any
 
 from api.web.errors import APIError, invalid
 from api.web.params import Body, sampling
+from engine.config import LLAMA_CPP_SAMPLING, SamplingDefaults
 from engine.request import SamplingParams
 
 # option -> the chat-completions field it becomes (validated by api.web.params.sampling)
@@ -48,7 +49,8 @@ def _integer(options: dict[str, Any], name: str) -> int | None:
     return value
 
 
-def sampling_params(raw: Any, *, n_vocab: int, n_ctx: int) -> SamplingParams:
+def sampling_params(raw: Any, *, n_vocab: int, n_ctx: int,
+                    defaults: SamplingDefaults = LLAMA_CPP_SAMPLING) -> SamplingParams:
     """``options`` → the request's sampling parameters (400 naming the option)."""
     if raw is None:
         raw = {}
@@ -70,7 +72,7 @@ def sampling_params(raw: Any, *, n_vocab: int, n_ctx: int) -> SamplingParams:
         raise invalid("options.repeat_last_n", "option 'repeat_last_n' must be -1 (the "
                       "whole context), 0 (off) or a positive number of tokens")
     try:
-        params = sampling(Body(body), n_vocab=n_vocab)
+        params = sampling(Body(body), n_vocab=n_vocab, defaults=defaults)
     except APIError as exc:  # name the option, not the chat-completions field it became
         option = next((k for k, v in SAMPLING.items() if v == exc.param), exc.param)
         raise invalid(f"options.{option}", "option " + exc.message.replace(

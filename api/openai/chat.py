@@ -78,6 +78,7 @@ async def create_chat_completion(request: Request) -> Response:
     if body.has("reasoning_effort"):
         extra.setdefault("reasoning_effort", body.string("reasoning_effort"))
     params = sampling(body, n_vocab=state.model.n_vocab,
+                      defaults=state.model_config.sampling,
                       max_tokens_field="max_completion_tokens",
                       logprobs=(top or 0) if want_logprobs else None)
     prep = await prepare(state, messages, rules, extra, params, messages_param="messages",

@@ -103,7 +103,8 @@ async def create_completion(request: Request) -> Response:
     echo = body.boolean("echo", False)
     logprobs = body.integer("logprobs", None, 0, 20)
     include_usage = bool((body.obj("stream_options") or {}).get("include_usage"))
-    params = sampling(body, n_vocab=state.model.n_vocab, logprobs=logprobs,
+    params = sampling(body, n_vocab=state.model.n_vocab,
+                      defaults=state.model_config.sampling, logprobs=logprobs,
                       prompt_logprobs=echo and logprobs is not None)
     prompts = _prompts(body, state.model.n_vocab)
     if suffix is not None:  # insertion: the prompt is the text before, suffix after

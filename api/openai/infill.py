@@ -132,7 +132,8 @@ async def infill(request: Request) -> Response:
         fields["max_tokens"] = max(1, n_predict)
     body = Body(fields)
     inp = parse_infill(body)
-    params = sampling(body, n_vocab=state.model.n_vocab)
+    params = sampling(body, n_vocab=state.model.n_vocab,
+                      defaults=state.model_config.sampling)
     fim = fim_tokens_or_400(state.model, "input_prefix")
     prompt = await state.client.run(fim_prompt, state.model, fim, inp,
                                     _room(state, params.max_tokens))

@@ -61,7 +61,8 @@ class ResponseRun:
         messages = parse_messages(Body({"messages": messages}), media)  # as chat renders them
         body = Body({**req.chat_body, "messages": messages})
         rules = parse_rules(body)
-        params = sampling(body, n_vocab=state.model.n_vocab)
+        params = sampling(body, n_vocab=state.model.n_vocab,
+                          defaults=state.model_config.sampling)
         extra = {"reasoning_effort": body.data["reasoning_effort"]} \
             if "reasoning_effort" in body.data else {}
         prep = await prepare(state, messages, rules, extra, params, messages_param="input",

@@ -14,15 +14,10 @@ from starlette.requests import Request
 from api.web.body import BodyLimits, decode_object, too_large
 from api.web.errors import APIError, invalid
 from api.web.session import note_session
+from engine.config import LLAMA_CPP_SAMPLING, SamplingDefaults
 from engine.request import SamplingParams
 
 MAX_STOP = 16
-# Sampling defaults for fields a request leaves out follow llama.cpp's (llama-server's):
-# top_k bounds the work per token (a full-vocabulary softmax costs ~2 ms on a 262k vocab).
-DEFAULT_TEMPERATURE = 0.8
-DEFAULT_TOP_K = 40
-DEFAULT_TOP_P = 0.95
-DEFAULT_MIN_P = 0.05
 
 
 async def read_json(request: Request, limits: BodyLimits) -> dict[str, Any]:
@@ -146,20 +141,24 @@ def choice_seed(seed: int, index: int) -> int:
     return int.from_bytes(digest, "little")
 
 
-def sampling(body: Body, *, n_vocab: int, max_tokens_field: str = "max_tokens",
-             logprobs: int | None = None, prompt_logprobs: bool = False) -> SamplingParams:
+def sampling(body: Body, *, n_vocab: int, defaults: SamplingDefaults = LLAMA_CPP_SAMPLING,
+             max_tokens_field: str = "max_tokens", logprobs: int | None = None,
+             prompt_logprobs: bool = False) -> SamplingParams:
+    """The request's sampling fields, each one it leaves out from ``defaults`` (the
+    model's ``model.sampling``)."""
     max_tokens = body.integer(max_tokens_field, None, 1)
     if max_tokens_field != "max_tokens" and max_tokens is None:
         max_tokens = body.integer("max_tokens", None, 1)
     seed = body.integer("seed", None, -(2**63), 2**64 - 1)
     return SamplingParams(
-        temperature=body.number("temperature", DEFAULT_TEMPERATURE, 0.0, 2.0),
-        top_p=body.number("top_p", DEFAULT_TOP_P, 0.0, 1.0),
-        top_k=body.integer("top_k", DEFAULT_TOP_K, 0) or 0,
-        min_p=body.number("min_p", DEFAULT_MIN_P, 0.0, 1.0),
-        presence_penalty=body.number("presence_penalty", 0.0, -2.0, 2.0),
-        frequency_penalty=body.number("frequency_penalty", 0.0, -2.0, 2.0),
-        repeat_penalty=body.number("repeat_penalty", 1.0, 0.0, 10.0),
+        temperature=body.number("temperature", defaults.temperature, 0.0, 2.0),
+        top_p=body.number("top_p", defaults.top_p, 0.0, 1.0),
+        top_k=body.integer("top_k", defaults.top_k, 0) or 0,
+        min_p=body.number("min_p", defaults.min_p, 0.0, 1.0),
+        presence_penalty=body.number("presence_penalty", defaults.presence_penalty, -2.0, 2.0),
+        frequency_penalty=body.number("frequency_penalty", defaults.frequency_penalty,
+                                      -2.0, 2.0),
+        repeat_penalty=body.number("repeat_penalty", defaults.repeat_penalty, 0.0, 10.0),
         seed=seed if seed is not None else secrets.randbits(32),
         logit_bias=body.logit_bias(n_vocab),
         max_tokens=max_tokens,
