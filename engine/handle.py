@@ -192,6 +192,11 @@ class ModelHandle:
         """The chat template stored in the GGUF (None: it has none)."""
         return self._runner.chat_template()
 
+    def metadata(self) -> dict[str, str]:
+        """The GGUF's scalar and string metadata, as strings (``general.architecture``,
+        ``<arch>.context_length``, ...), plus ``general.parameter_count``."""
+        return self._runner.metadata()
+
     # -- limits --------------------------------------------------------------------------
     @property
     def n_vocab(self) -> int:

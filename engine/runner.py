@@ -331,6 +331,25 @@ class Runner:
         n = L.llama_model_meta_val_str(self.model, key.encode(), buf, len(buf))
         return buf.value.decode("utf-8", "replace") if n >= 0 else None
 
+    def metadata(self) -> dict[str, str]:
+        """The GGUF's scalar and string metadata as llama.cpp keeps it (arrays such as the
+        vocabulary are not kept), plus ``general.parameter_count``."""
+        out: dict[str, str] = {}
+        for i in range(L.llama_model_meta_count(self.model)):
+            key = ctypes.create_string_buffer(256)
+            if L.llama_model_meta_key_by_index(self.model, i, key, len(key)) < 0:
+                continue
+            value = ctypes.create_string_buffer(1024)
+            n = L.llama_model_meta_val_str_by_index(self.model, i, value, len(value))
+            if n >= len(value):  # a long string (a chat template): read it whole
+                value = ctypes.create_string_buffer(n + 1)
+                n = L.llama_model_meta_val_str_by_index(self.model, i, value, len(value))
+            if n >= 0:
+                out[key.value.decode("utf-8", "replace")] = value.value.decode("utf-8",
+                                                                               "replace")
+        out["general.parameter_count"] = str(L.llama_model_n_params(self.model))
+        return out
+
     def special_token_text(self, which: str) -> str:
         token = {"bos": L.llama_vocab_bos, "eos": L.llama_vocab_eos}[which](self.vocab)
         return self.piece(token, special=True).decode("utf-8", "replace") if token >= 0 else ""

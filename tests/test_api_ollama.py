@@ -14,7 +14,13 @@ import httpx
 import numpy as np
 import pytest
 
-from conftest import ServerProcess, require_library, start_server, thinking_qwen_config
+from conftest import (
+    ServerProcess,
+    require_library,
+    require_model,
+    start_server,
+    thinking_qwen_config,
+)
 
 require_library("ollama")
 
@@ -226,6 +232,24 @@ def test_tags_show_ps_version(qwen: Client, qwen_server: ServerProcess) -> None:
     assert running.model == f"{QWEN}:latest" and running.context_length == 4096
     assert running.size and running.size > listed.size  # plus the KV cache
     assert qwen.show(f"{QWEN}:latest").capabilities == info.capabilities
+
+
+def test_show_model_info_is_the_gguf_metadata(qwen: Client) -> None:
+    from gguf import GGUFReader, GGUFValueType
+    reader = GGUFReader(require_model("qwen-0.5b"))
+    scalars = {name: field.contents() for name, field in reader.fields.items()
+               if field.types and field.types[0] != GGUFValueType.ARRAY
+               and not name.startswith(("GGUF.", "tokenizer.chat_template"))}
+    info = qwen.show(QWEN).modelinfo
+    assert info is not None
+    # every scalar the file holds, typed as the file types it (clients read
+    # <architecture>.context_length from here)
+    assert {k: v for k, v in info.items() if k in scalars} == pytest.approx(scalars)
+    assert set(scalars) <= set(info)
+    arch = scalars["general.architecture"]
+    assert isinstance(info[f"{arch}.context_length"], int)
+    assert info["general.parameter_count"] > 400_000_000  # a 0.5B model
+    assert "tokenizer.ggml.tokens" in info and info["tokenizer.ggml.tokens"] is None
 
 
 def test_pull_is_answered_honestly(qwen: Client) -> None:

@@ -16,6 +16,7 @@ import datetime
 import hashlib
 import importlib.metadata
 import os
+import re
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -116,10 +117,43 @@ async def show(request: Request) -> Response:
         "parameters": f"num_ctx {state.model.n_ctx_seq}",
         "template": state.template.source if state.template is not None else "",
         "details": details(cfg.path, listed_name(parent) if parent else ""),
-        "model_info": {},  # the GGUF's metadata is not read here (see docs/OLLAMA.md)
+        "model_info": model_info(await state.client.run(state.model.metadata)),
         "capabilities": capabilities(state),
         "modified_at": _stamp(mtime or server.created),
     })
+
+
+# what Ollama answers for the GGUF's arrays without `verbose` (llama.cpp keeps none of them)
+_ARRAYS = ("tokenizer.ggml.tokens", "tokenizer.ggml.token_type", "tokenizer.ggml.merges")
+
+
+def model_info(meta: dict[str, str]) -> dict[str, Any]:
+    """The GGUF's metadata as Ollama's ``/api/show`` gives it: typed values under their GGUF
+    keys (clients read ``<architecture>.context_length`` from it); the chat template is
+    ``template``, not here."""
+    info: dict[str, Any] = {}
+    for key, raw in sorted(meta.items()):
+        if key.startswith("tokenizer.chat_template"):
+            continue
+        info[key] = _typed(raw)
+    if "general.architecture" in info:
+        info.update({key: None for key in _ARRAYS})
+    return info
+
+
+_INT = re.compile(r"-?[0-9]+")
+_FLOAT = re.compile(r"-?[0-9]+\.[0-9]*(e[-+]?[0-9]+)?")  # as llama.cpp prints GGUF floats
+
+
+def _typed(raw: str) -> Any:
+    """llama.cpp's string of a GGUF value back to its JSON type (a string stays one)."""
+    if raw in ("true", "false"):
+        return raw == "true"
+    if _INT.fullmatch(raw):
+        return int(raw)
+    if _FLOAT.fullmatch(raw):
+        return float(raw)
+    return raw
 
 
 async def pull(request: Request) -> Response:
