@@ -14,9 +14,8 @@ the engine's "media at positions"), and the position after the prompt (llamaserv
 text depends on every position (with positions equal to token indices every answer here
 changes), so equal text is the end-to-end check.
 
-Content parts are joined as each server joins them: llama-server puts no newline next to
-a media marker, llamaserve joins every part with one, so the llama-server request carries
-those newlines in its text parts and both servers render the same prompt.
+Both servers get the same request and join its content parts alike (llama.cpp's rule: a
+newline between text parts, none next to a media marker), so they render the same prompt.
 
     python bench/mrope.py --llama-server /tmp/llama-build/bin/llama-server
 
@@ -122,10 +121,8 @@ def main() -> None:
 
         def turn(server: str, img: bytes, follow: str | None, answer: str = "") -> Any:
             url = {"type": "image_url", "image_url": {"url": data_url(img)}}
-            nl = "\n" if server == "llama-server" else ""
             msgs: list[dict[str, Any]] = [{"role": "user", "content": [
-                {"type": "text", "text": "Look:" + nl}, url,
-                {"type": "text", "text": nl + "What is it?"}]}]
+                {"type": "text", "text": "Look:"}, url, {"type": "text", "text": "What is it?"}]}]
             if follow is not None:
                 msgs += [{"role": "assistant", "content": answer},
                          {"role": "user", "content": follow}]
@@ -142,7 +139,7 @@ def main() -> None:
             return r, pos, nxt
 
         for name, img in CASES.items():
-            prompt = render([("user", f"Look:\n{MARKER}\nWhat is it?")])
+            prompt = render([("user", f"Look:{MARKER}What is it?")])
             ref = greedy(str(model), str(mmproj), prompt, [img], N, threads=args.threads)
             got: dict[str, dict[str, Any]] = {}
             next_positions = -1

@@ -100,7 +100,7 @@ BIG = png(3, 128, 64)  # 8 x 4: 32 tokens, more than n_batch: its rows span two 
 
 
 def test_the_generated_pair_uses_mrope_in_llama_cpp(files: dict[str, Path]) -> None:
-    ref = reference(files, [("user", f"Look:\n{MARKER}\nWhat is it?")], [WIDE])
+    ref = reference(files, [("user", f"Look:{MARKER}What is it?")], [WIDE])
     assert ref.uses_mrope
     kinds = [(c.kind, c.n_tokens, c.n_pos, c.grid) for c in ref.chunks]
     assert kinds[1] == ("image", 8, 4, (4, 2))
@@ -112,7 +112,7 @@ def test_image_answer_equals_llama_cpps_own_decode(client: OpenAI,
                                                    files: dict[str, Path]) -> None:
     for data, (nx, ny) in ((WIDE, (4, 2)), (SQUARE, (3, 3)), (BIG, (8, 4))):
         r = chat(client, [user("Look:", image(data), "What is it?")])
-        ref = reference(files, [("user", f"Look:\n{MARKER}\nWhat is it?")], [data])
+        ref = reference(files, [("user", f"Look:{MARKER}What is it?")], [data])
         assert ref.chunks[1].grid == (nx, ny)
         assert r.usage.prompt_tokens == ref.n_tokens  # KV cells, as llama-server counts
         assert r.choices[0].message.content == ref.text
@@ -120,7 +120,7 @@ def test_image_answer_equals_llama_cpps_own_decode(client: OpenAI,
 
 def test_two_images_and_text_between(client: OpenAI, files: dict[str, Path]) -> None:
     r = chat(client, [user("First:", image(SQUARE), "then:", image(WIDE), "Compare.")])
-    ref = reference(files, [("user", f"First:\n{MARKER}\nthen:\n{MARKER}\nCompare.")],
+    ref = reference(files, [("user", f"First:{MARKER}then:{MARKER}Compare.")],
                     [SQUARE, WIDE])
     assert r.usage.prompt_tokens == ref.n_tokens and ref.n_pos == ref.n_tokens - 6 - 4
     assert r.choices[0].message.content == ref.text
@@ -133,7 +133,7 @@ def test_same_image_again_is_cached_whole(client: OpenAI, files: dict[str, Path]
     assert cached(again) == first.usage.prompt_tokens - 1
     assert again.choices[0].message.content == first.choices[0].message.content
     other = chat(client, [user("Cache this one:", image(SQUARE), "What is it?")])
-    ref = reference(files, [("user", f"Cache this one:\n{MARKER}\nWhat is it?")], [SQUARE])
+    ref = reference(files, [("user", f"Cache this one:{MARKER}What is it?")], [SQUARE])
     assert 0 < cached(other) < first.usage.prompt_tokens - 8  # the text before, not the image
     assert other.choices[0].message.content == ref.text
 
@@ -149,13 +149,13 @@ def test_follow_up_reuses_the_text_after_the_image(client: OpenAI, server: Serve
     # the image, the text after it and the answer come from the cache
     assert cached(follow) >= first.usage.prompt_tokens
     assert server.metrics()["llamaserve_media_encode_seconds_count"] == encodes
-    ref = reference(files, [("user", f"Remember:\n{MARKER}\nNoted?"), ("assistant", answer),
+    ref = reference(files, [("user", f"Remember:{MARKER}Noted?"), ("assistant", answer),
                             ("user", "And in one word?")], [BIG])
     assert follow.usage.prompt_tokens == ref.n_tokens
     assert follow.choices[0].message.content == ref.text
     # a second conversation diverging after the image copies the shared prefix
     branch = chat(client, [user("Remember:", image(BIG), "Something else?")])
-    ref = reference(files, [("user", f"Remember:\n{MARKER}\nSomething else?")], [BIG])
+    ref = reference(files, [("user", f"Remember:{MARKER}Something else?")], [BIG])
     assert cached(branch) >= 3 + 32  # system, "Remember:", the image
     assert branch.choices[0].message.content == ref.text
 
@@ -165,7 +165,7 @@ def test_four_image_requests_next_to_text_requests(client: OpenAI,
     images = [png(40 + i, 64 - 16 * (i % 2), 32 + 16 * i) for i in range(4)]
     jobs: list[tuple[list[Any], list[tuple[str, str]], list[bytes]]] = [
         ([user(f"Picture {i}:", image(d), "Describe.")],
-         [("user", f"Picture {i}:\n{MARKER}\nDescribe.")], [d]) for i, d in enumerate(images)]
+         [("user", f"Picture {i}:{MARKER}Describe.")], [d]) for i, d in enumerate(images)]
     jobs += [([user(f"Plain text request {i}, no picture.")],
               [("user", f"Plain text request {i}, no picture.")], []) for i in range(2)]
     with ThreadPoolExecutor(len(jobs)) as pool:
@@ -217,18 +217,18 @@ def test_hybrid_model_with_mrope_images(tmp_path: Path) -> None:
     try:
         c = OpenAI(base_url=s.base_url, api_key="x", max_retries=0, timeout=120)
         first = chat(c, [user("Look:", image(BIG), "What is it?")])
-        ref = reference(files, [("user", f"Look:\n{MARKER}\nWhat is it?")], [BIG])
+        ref = reference(files, [("user", f"Look:{MARKER}What is it?")], [BIG])
         assert ref.uses_mrope and first.usage.prompt_tokens == ref.n_tokens
         assert first.choices[0].message.content == ref.text
         answer = first.choices[0].message.content
         follow = chat(c, [user("Look:", image(BIG), "What is it?"),
                           {"role": "assistant", "content": answer}, user("And?")])
-        ref = reference(files, [("user", f"Look:\n{MARKER}\nWhat is it?"),
+        ref = reference(files, [("user", f"Look:{MARKER}What is it?"),
                                 ("assistant", answer), ("user", "And?")], [BIG])
         assert cached(follow) >= first.usage.prompt_tokens - 1
         assert follow.choices[0].message.content == ref.text
         branch = chat(c, [user("Look:", image(BIG), "Another question?")])
-        ref = reference(files, [("user", f"Look:\n{MARKER}\nAnother question?")], [BIG])
+        ref = reference(files, [("user", f"Look:{MARKER}Another question?")], [BIG])
         assert cached(branch) > 0 and branch.choices[0].message.content == ref.text
     finally:
         s.stop()
@@ -250,7 +250,7 @@ def test_restart_serves_the_image_conversation_from_disk(
         follow = chat(c2, [*msgs, {"role": "assistant", "content": answer},
                            user("Still there?")])
         assert cached(follow) >= first.usage.prompt_tokens  # prompt, image, answer from disk
-        ref = reference(files, [("user", "Keep this for later, " * 4 + f"\n{MARKER}\nStored?"),
+        ref = reference(files, [("user", "Keep this for later, " * 4 + f"{MARKER}Stored?"),
                                 ("assistant", answer), ("user", "Still there?")], [WIDE])
         assert follow.choices[0].message.content == ref.text
         m = again.metrics()

@@ -48,12 +48,24 @@ def part_text(part: Any, where: str, media: MediaRefs | None = None) -> str:
 
 
 def content_text(content: Any, where: str, media: MediaRefs | None = None) -> str:
-    """A string, or a list of parts joined by newlines."""
+    """A string, or a list of parts joined as llama.cpp joins them (common/chat.cpp): a
+    newline between text parts, none before or after a media marker, so an image request
+    renders, counts and caches as llama-server's does."""
     if isinstance(content, str):
         return content
-    if isinstance(content, list):
-        return "\n".join(part_text(p, f"{where}[{i}]", media) for i, p in enumerate(content))
-    raise invalid(where, "'content' must be a string or a list of parts")
+    if not isinstance(content, list):
+        raise invalid(where, "'content' must be a string or a list of parts")
+    text = ""
+    after_media = False
+    for i, p in enumerate(content):
+        before = len(media.refs) if media is not None else 0
+        piece = part_text(p, f"{where}[{i}]", media)
+        is_media = media is not None and len(media.refs) > before
+        if text and not is_media and not after_media:
+            text += "\n"
+        text += piece
+        after_media = is_media
+    return text
 
 
 def has_media(content: Any) -> bool:
