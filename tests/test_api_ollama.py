@@ -356,6 +356,11 @@ def test_options_map_onto_sampling() -> None:
     many = [f"<stop{i}>" for i in range(20)]  # an editor plugin's: more than chat's 16
     assert sampling_params({"stop": many}, n_vocab=10, n_ctx=8).stop == tuple(many)
     assert sampling_params({"stop": "\n\n"}, n_vocab=10, n_ctx=8).stop == ("\n\n",)
+    for bad, says in (([f"s{i}" for i in range(65)], "at most 64"), ([1], "list of strings")):
+        with pytest.raises(APIError) as err:
+            sampling_params({"stop": bad}, n_vocab=10, n_ctx=8)
+        assert err.value.param == "options.stop" and says in err.value.message
+        assert err.value.message.startswith("option 'stop'")
     assert sampling_params({"repeat_last_n": 0}, n_vocab=10, n_ctx=8).penalty_last_n == 0
     with pytest.raises(APIError) as err:
         sampling_params({"top_p": 3}, n_vocab=10, n_ctx=8)

@@ -16,33 +16,22 @@ from api.chat.messages import parse_messages
 from api.chat.prepare import prepare
 from api.chat.tools import parse_rules
 from api.ollama.capabilities import thinks
-from api.ollama.names import resolve
 from api.ollama.options import (
-    check_keep_alive,
     response_format,
     sampling_params,
-    stream_flag,
     think,
 )
 from api.ollama.reply import ChatShape, loaded, respond
-from api.ollama.request import chat_messages
-from api.ollama.timings import Timings
-from api.web.params import Body, read_json
-from api.web.state import ServerState
+from api.ollama.request import chat_messages, incoming
+from api.web.params import Body
 from parsers.message_stream import MessageStream
 
 
 async def chat(request: Request) -> Response:
-    timings = Timings()
-    server: ServerState = request.app.state.llama
-    body = Body(await read_json(request, server.body_limits))
-    resolved = resolve(server.registry, body.data.get("model"))
-    name = str(body.data["model"])
-    stream = stream_flag(body)
-    check_keep_alive(body.data.get("keep_alive"))
+    call = await incoming(request)
+    body, name, timings = call.body, call.name, call.timings
     conversation = chat_messages(body.data.get("messages"))
-    state = await server.registry.acquire(resolved.entry, request.scope)
-    timings.model_ready()
+    state = await call.model()
     state.require_chat()
     if not conversation:
         return loaded(ChatShape(name), timings)
@@ -58,8 +47,8 @@ async def chat(request: Request) -> Response:
                          format_param="format", media=media)
     gen = state.client.generate([prep.prompt], prep.params, 1, param="messages",
                                 media=prep.media,
-                                adapters=state.adapters(Body({"model": resolved.matched})))
+                                adapters=state.adapters(Body({"model": call.resolved.matched})))
     timings.submit()
     parser = MessageStream(state.layout, in_reasoning=prep.in_reasoning, tools=rules.tools)
-    return await respond(request, state, gen, parser, ChatShape(name), stream=stream,
+    return await respond(request, state, gen, parser, ChatShape(name), stream=call.stream,
                          timings=timings)

@@ -23,21 +23,17 @@ from api.chat.messages import parse_messages
 from api.chat.prepare import Prepared, prepare, prepare_tokens
 from api.chat.tools import parse_rules
 from api.ollama.capabilities import thinks
-from api.ollama.names import resolve
 from api.ollama.options import (
-    check_keep_alive,
     response_format,
     sampling_params,
-    stream_flag,
     think,
 )
 from api.ollama.reply import GenerateShape, Parser, PlainText, loaded, respond
-from api.ollama.request import generate_messages, images
-from api.ollama.timings import Timings
+from api.ollama.request import generate_messages, images, incoming
 from api.openai.infill import InfillInput, fim_prompt, fim_tokens_or_400
 from api.web.errors import invalid
-from api.web.params import Body, read_json
-from api.web.state import ModelState, ServerState
+from api.web.params import Body
+from api.web.state import ModelState
 from parsers.message_stream import MessageStream
 
 
@@ -56,13 +52,8 @@ def _text(body: Body, name: str) -> str:
 
 
 async def generate(request: Request) -> Response:
-    timings = Timings()
-    server: ServerState = request.app.state.llama
-    body = Body(await read_json(request, server.body_limits))
-    resolved = resolve(server.registry, body.data.get("model"))
-    name = str(body.data["model"])
-    stream = stream_flag(body)
-    check_keep_alive(body.data.get("keep_alive"))
+    call = await incoming(request)
+    body, name, timings = call.body, call.name, call.timings
     prompt, suffix, system = _text(body, "prompt"), _text(body, "suffix"), _text(body, "system")
     raw = body.boolean("raw", False)
     if _text(body, "template"):
@@ -72,8 +63,7 @@ async def generate(request: Request) -> Response:
     if raw and (system or body.data.get("context")):
         raise invalid("raw", "raw mode does not support template, system, or context")
     image_parts = images(body.data.get("images"), "images")
-    state = await server.registry.acquire(resolved.entry, request.scope)
-    timings.model_ready()
+    state = await call.model()
     state.require_generative()
     if not prompt and not suffix and not image_parts:
         return loaded(GenerateShape(name), timings)
@@ -108,9 +98,9 @@ async def generate(request: Request) -> Response:
         shape = GenerateShape(name, None if prep.media else prep.prompt)
     gen = state.client.generate([prep.prompt], prep.params, 1, param="prompt",
                                 media=prep.media,
-                                adapters=state.adapters(Body({"model": resolved.matched})))
+                                adapters=state.adapters(Body({"model": call.resolved.matched})))
     timings.submit()
-    return await respond(request, state, gen, parser, shape, stream=stream, timings=timings)
+    return await respond(request, state, gen, parser, shape, stream=call.stream, timings=timings)
 
 
 async def _plain_prompt(state: ModelState, prompt: str, suffix: str,

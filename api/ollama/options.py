@@ -28,7 +28,7 @@ from engine.request import SamplingParams
 SAMPLING = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k",
             "min_p": "min_p", "repeat_penalty": "repeat_penalty",
             "presence_penalty": "presence_penalty",
-            "frequency_penalty": "frequency_penalty"}
+            "frequency_penalty": "frequency_penalty", "stop": "stop"}
 # Ollama sets no limit; editor plugins send a stop string per template marker (Continue's
 # autocomplete: ~20), more than the OpenAI routes' 16
 MAX_STOP = 64
@@ -72,7 +72,7 @@ def sampling_params(raw: Any, *, n_vocab: int, n_ctx: int,
         raise invalid("options.repeat_last_n", "option 'repeat_last_n' must be -1 (the "
                       "whole context), 0 (off) or a positive number of tokens")
     try:
-        params = sampling(Body(body), n_vocab=n_vocab, defaults=defaults)
+        params = sampling(Body(body), n_vocab=n_vocab, defaults=defaults, max_stop=MAX_STOP)
     except APIError as exc:  # name the option, not the chat-completions field it became
         option = next((k for k, v in SAMPLING.items() if v == exc.param), exc.param)
         raise invalid(f"options.{option}", "option " + exc.message.replace(
@@ -80,19 +80,7 @@ def sampling_params(raw: Any, *, n_vocab: int, n_ctx: int,
     if last_n is not None:
         params = dataclasses.replace(params, penalty_last_n=n_ctx if last_n == -1
                                      else min(last_n, n_ctx))
-    return dataclasses.replace(params, stop=_stop(raw.get("stop")))
-
-
-def _stop(value: Any) -> tuple[str, ...]:
-    if value is None:
-        return ()
-    if isinstance(value, str):
-        value = [value]
-    if not isinstance(value, list) or not all(isinstance(s, str) for s in value):
-        raise invalid("options.stop", "option 'stop' must be a string or a list of strings")
-    if len(value) > MAX_STOP:
-        raise invalid("options.stop", f"option 'stop' may hold at most {MAX_STOP} strings")
-    return tuple(s for s in value if s)
+    return params
 
 
 def response_format(raw: Any) -> dict[str, Any] | None:

@@ -11,11 +11,49 @@ The result then goes through ``api.chat.messages.parse_messages`` like chat's.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
+from starlette.requests import Request
+
+from api.ollama.names import Resolved, resolve
+from api.ollama.options import check_keep_alive, stream_flag
+from api.ollama.timings import Timings
 from api.web.errors import invalid
+from api.web.params import Body, read_json
+from api.web.state import ModelState, ServerState
 
 MAX_IMAGES = 64  # per message or prompt; model.mtmd.max_media_per_request limits further
+
+
+@dataclass
+class Incoming:
+    """What ``/api/chat`` and ``/api/generate`` read first: the body, the model it names
+    (resolved, not yet loaded), ``stream`` and ``keep_alive`` checked, the clock started."""
+
+    request: Request
+    server: ServerState
+    body: Body
+    resolved: Resolved
+    name: str  # as the client wrote it: answers carry it back
+    stream: bool
+    timings: Timings
+
+    async def model(self) -> ModelState:
+        """The named model, loaded (after the rest of the body is validated)."""
+        state = await self.server.registry.acquire(self.resolved.entry, self.request.scope)
+        self.timings.model_ready()
+        return state
+
+
+async def incoming(request: Request) -> Incoming:
+    timings = Timings()
+    server: ServerState = request.app.state.llama
+    body = Body(await read_json(request, server.body_limits))
+    resolved = resolve(server.registry, body.data.get("model"))
+    stream = stream_flag(body)
+    check_keep_alive(body.data.get("keep_alive"))
+    return Incoming(request, server, body, resolved, str(body.data["model"]), stream, timings)
 
 
 def images(raw: Any, where: str) -> list[dict[str, Any]]:

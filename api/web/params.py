@@ -100,7 +100,7 @@ class Body:
             raise invalid(name, f"'{name}' must be an object")
         return value
 
-    def stop(self) -> tuple[str, ...]:
+    def stop(self, limit: int = MAX_STOP) -> tuple[str, ...]:
         value = self.data.get("stop")
         if value is None:
             return ()
@@ -108,8 +108,8 @@ class Body:
             value = [value]
         if not isinstance(value, list) or not all(isinstance(s, str) for s in value):
             raise invalid("stop", "'stop' must be a string or a list of strings")
-        if len(value) > MAX_STOP:
-            raise invalid("stop", f"'stop' may hold at most {MAX_STOP} strings")
+        if len(value) > limit:
+            raise invalid("stop", f"'stop' may hold at most {limit} strings")
         return tuple(s for s in value if s)
 
     def logit_bias(self, n_vocab: int) -> tuple[tuple[int, float], ...]:
@@ -143,7 +143,7 @@ def choice_seed(seed: int, index: int) -> int:
 
 def sampling(body: Body, *, n_vocab: int, defaults: SamplingDefaults = LLAMA_CPP_SAMPLING,
              max_tokens_field: str = "max_tokens", logprobs: int | None = None,
-             prompt_logprobs: bool = False) -> SamplingParams:
+             prompt_logprobs: bool = False, max_stop: int = MAX_STOP) -> SamplingParams:
     """The request's sampling fields, each one it leaves out from ``defaults`` (the
     model's ``model.sampling``)."""
     max_tokens = body.integer(max_tokens_field, None, 1)
@@ -162,7 +162,7 @@ def sampling(body: Body, *, n_vocab: int, defaults: SamplingDefaults = LLAMA_CPP
         seed=seed if seed is not None else secrets.randbits(32),
         logit_bias=body.logit_bias(n_vocab),
         max_tokens=max_tokens,
-        stop=body.stop(),
+        stop=body.stop(max_stop),
         logprobs=logprobs,
         prompt_logprobs=prompt_logprobs,
         ignore_eos=body.boolean("ignore_eos", False),
