@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -30,6 +31,16 @@ def require_model(name: str) -> str:
             pytest.fail(f"model {name} missing: run llamaserve pull")
         pytest.skip(f"model {name} not fetched (llamaserve pull {name})")
     return str(path)
+
+
+def require_cli(name: str, install: str) -> str:
+    """A command on PATH: skipped without it, failed under CI (``.ci/run`` installs it)."""
+    path = shutil.which(name)
+    if path is None:
+        if os.environ.get("CI"):
+            pytest.fail(f"{name} missing: {install} (see .ci/run)")
+        pytest.skip(f"{name} not installed ({install})")
+    return path
 
 
 def free_port() -> int:

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,19 +33,21 @@ from typing import Any
 
 import pytest
 
-from conftest import ServerProcess, qwen_config, require_model, start_server, tiny_qwen_config
+from conftest import (
+    ServerProcess,
+    qwen_config,
+    require_cli,
+    require_model,
+    start_server,
+    tiny_qwen_config,
+)
 
 CLAUDE_VERSION = os.environ.get("CLAUDE_CODE_VERSION", "2.1.332")  # as .ci/run installs
 TURN_TIMEOUT = 600  # s per claude -p
 
 
 def claude_binary() -> str:
-    path = shutil.which("claude")
-    if path is None:
-        if os.environ.get("CI"):
-            pytest.fail("claude missing: npm install -g @anthropic-ai/claude-code (see .ci/run)")
-        pytest.skip("claude not installed (npm install -g @anthropic-ai/claude-code)")
-    return path
+    return require_cli("claude", "npm install -g @anthropic-ai/claude-code")
 
 
 @pytest.fixture(scope="module")

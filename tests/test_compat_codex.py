@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import shutil
 import subprocess
 import time
 from collections.abc import Iterator
@@ -34,7 +33,7 @@ from typing import Any
 
 import pytest
 
-from conftest import COMPAT_MODEL, ServerProcess, qwen_config, start_server
+from conftest import COMPAT_MODEL, ServerProcess, qwen_config, require_cli, start_server
 
 TRANSPORTS = ["sse", "websocket"]
 TURN_TIMEOUT = 600  # s per codex exec; Codex's own idle timeout (300 s) stays at its default
@@ -51,12 +50,7 @@ INCOMPLETE = "Incomplete response returned"
 
 
 def codex_binary() -> str:
-    path = shutil.which("codex")
-    if path is None:
-        if os.environ.get("CI"):
-            pytest.fail("codex missing: npm install -g @openai/codex (see .ci/run)")
-        pytest.skip("codex not installed (npm install -g @openai/codex)")
-    return path
+    return require_cli("codex", "npm install -g @openai/codex")
 
 
 @pytest.fixture(scope="module")
