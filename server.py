@@ -49,8 +49,8 @@ def check(argv: list[str]) -> int:
         print(f"llamaserve: config error: {exc}", file=sys.stderr)
         return 2
     from engine.backends.rpc import RpcError
+    from engine.loading import ModelLoadError, model_summary
     from engine.model_source import ModelSourceError, resolve, resolve_file
-    from engine.runner import ModelLoadError, model_summary
 
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     logging.getLogger("llamaserve.runner").setLevel(logging.CRITICAL)
@@ -193,10 +193,10 @@ def main(argv: list[str] | None = None) -> int:
 
     from api.web.app import build_app
     from api.web.lifecycle import Lifecycle, run
+    from engine.loading import ModelLoadError
     from engine.media.projector import ProjectorError
     from engine.model_pull import MODELS as PULLABLE
     from engine.model_source import ModelSourceError
-    from engine.runner import ModelLoadError
 
     def load_app() -> Starlette:
         try:

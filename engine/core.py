@@ -89,7 +89,8 @@ class Engine:
         self.cache = PrefixCache(runner.n_seq_max, runner, capacity=runner.n_ctx,
                                  unified=runner.unified, n_swa=runner.n_swa, disk=self.disk,
                                  metrics=self.metrics, disk_adapters=self.default_adapters,
-                                 snapshot_bytes=cfg.state_snapshots_max_bytes)
+                                 snapshot_bytes=cfg.state_snapshots_max_bytes,
+                                 is_eog=runner.vocabulary.is_eog)
         # prompt tokens per step while others generate: from measured step costs (a step
         # within prefill_step_target decode-only steps), at most prefill_chunk
         self.step_budget = StepBudget(cfg.prefill_chunk or runner.n_batch,
@@ -463,7 +464,7 @@ class Engine:
         done = len(r.output)
 
         def stop_after(j: int, token: int) -> bool:
-            eog = self.runner.is_eog(token) and not r.params.ignore_eos
+            eog = self.runner.vocabulary.is_eog(token) and not r.params.ignore_eos
             return eog or done + j + 1 >= r.max_new_tokens
 
         tokens = verify(draft, lambda j: self.runner.sample(r.sampler, first + j), stop_after)
@@ -556,13 +557,13 @@ class Engine:
             lp: TokenLogprob = self.runner.logprob(index, token, r.params.logprobs)
             delta.logprobs = [lp]
         assert r.detok is not None
-        if self.runner.is_eog(token) and not r.params.ignore_eos:
+        if self.runner.vocabulary.is_eog(token) and not r.params.ignore_eos:
             delta.text = r.detok.flush()
             delta.token_ids = []
             delta.logprobs = None
             self._finish(r, "stop", out, delta)
             return False
-        delta.text = r.detok.feed(self.runner.piece(token, token in self.render_special))
+        delta.text = r.detok.feed(self.runner.vocabulary.piece(token, token in self.render_special))
         if r.detok.stopped:
             delta.stop_sequence = r.detok.matched
             self._finish(r, "stop", out, delta)

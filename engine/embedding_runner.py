@@ -20,8 +20,9 @@ from typing import Any
 import numpy as np
 
 from engine.config import ModelConfig
+from engine.loading import L, ModelLoadError, new_context
 from engine.rerank import RerankFormat, vocab_format
-from engine.runner import L, ModelLoadError, NumpyBatch, Runner
+from engine.runner import NumpyBatch, Runner
 
 POOLING_NONE, POOLING_MEAN, POOLING_RANK = 0, 1, 4
 MAX_EMBED_SEQS = 64  # sequences per embedding batch on a generation model's side context
@@ -34,7 +35,7 @@ class EmbeddingRunner:
             self.ctx, self._owned = runner.ctx, False
         else:
             side = cfg if cfg.pooling_type not in (None, -1) else _with_pooling(runner, cfg)
-            self.ctx = runner.new_context(side, embeddings=True, n_ctx=cfg.n_batch,
+            self.ctx = new_context(runner.model, side, embeddings=True, n_ctx=cfg.n_batch,
                                           n_seq_max=min(MAX_EMBED_SEQS, cfg.n_batch))
             self._owned = True
         self.pooling = int(L.llama_pooling_type(self.ctx))
@@ -106,7 +107,7 @@ def _rerank_format(runner: Runner) -> RerankFormat:
 
 def _with_pooling(runner: Runner, cfg: ModelConfig) -> ModelConfig:
     """A generation model's GGUF rarely names a pooling type: default to mean."""
-    arch = runner.meta("general.architecture") or ""
-    gguf_pooling: Any = runner.meta(f"{arch}.pooling_type")
+    arch = runner.vocabulary.meta("general.architecture") or ""
+    gguf_pooling: Any = runner.vocabulary.meta(f"{arch}.pooling_type")
     pooling = int(gguf_pooling) if gguf_pooling not in (None, "0", "-1") else POOLING_MEAN
     return replace(cfg, pooling_type=pooling)

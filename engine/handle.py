@@ -25,7 +25,7 @@ from engine.core import ContextLengthExceeded, Engine, Publish
 from engine.embedding import EmbedJob
 from engine.media.projector import MediaError, MediaInput, MediaPrompt
 from engine.request import Request, SamplingParams
-from engine.runner import FimTokens
+from engine.vocabulary import FimTokens
 
 __all__ = [
     "ContextLengthExceeded",
@@ -72,6 +72,7 @@ class ModelHandle:
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
         self._runner = engine.runner
+        self._vocabulary = engine.runner.vocabulary
 
     # -- lifetime ------------------------------------------------------------------------
     def start(self, publish: Publish) -> None:
@@ -152,7 +153,7 @@ class ModelHandle:
         them with ``submit_embed``: the first value of each row is the score. Blocking."""
         embedder = self._engine.embedder
         assert embedder is not None and embedder.rerank_format is not None, "not a reranker"
-        return embedder.rerank_format.prompts(query, documents, self._runner.tokenize)
+        return embedder.rerank_format.prompts(query, documents, self._vocabulary.tokenize)
 
     def submit_embed(self, job: EmbedJob) -> None:
         """Queue an embedding job (packed with others); raises ``EngineError`` when the
@@ -162,40 +163,40 @@ class ModelHandle:
     # -- tokenizer (blocking, thread-safe) -------------------------------------------------
     def tokenize(self, text: str, add_special: bool = True,
                  parse_special: bool = False) -> list[int]:
-        return self._runner.tokenize(text, add_special, parse_special)
+        return self._vocabulary.tokenize(text, add_special, parse_special)
 
     def detokenize(self, tokens: Sequence[int], special: bool = False) -> str:
-        return self._runner.detokenize(tokens, special)
+        return self._vocabulary.detokenize(tokens, special)
 
     def piece(self, token: int, special: bool = False) -> bytes:
         """One token's bytes (control tokens are empty unless ``special``)."""
-        return self._runner.piece(token, special)
+        return self._vocabulary.piece(token, special)
 
     @property
     def bos_token(self) -> int:
-        return self._runner.bos_token
+        return self._vocabulary.bos_token
 
     @property
     def adds_bos(self) -> bool:
         """The vocabulary asks for a BOS token at the start of a prompt."""
-        return self._runner.adds_bos
+        return self._vocabulary.adds_bos
 
     def special_token_text(self, which: str) -> str:
         """The text of the ``"bos"`` or ``"eos"`` token ("" when the model has none)."""
-        return self._runner.special_token_text(which)
+        return self._vocabulary.special_token_text(which)
 
     def fim_tokens(self) -> FimTokens | None:
         """The fill-in-the-middle tokens (None: the model has none)."""
-        return self._runner.fim_tokens()
+        return self._vocabulary.fim_tokens()
 
     def chat_template(self) -> str | None:
         """The chat template stored in the GGUF (None: it has none)."""
-        return self._runner.chat_template()
+        return self._vocabulary.chat_template()
 
     def metadata(self) -> dict[str, str]:
         """The GGUF's scalar and string metadata, as strings (``general.architecture``,
         ``<arch>.context_length``, ...), plus ``general.parameter_count``."""
-        return self._runner.metadata()
+        return self._vocabulary.metadata()
 
     # -- limits --------------------------------------------------------------------------
     @property

@@ -1,10 +1,8 @@
-"""The only module that talks to llama.cpp.
-
-It loads the model, owns the context and one reusable ``llama_batch`` whose
-arrays are numpy buffers, decodes a scheduler plan in one ``llama_decode``,
-samples through per-request llama.cpp sampler chains, and tokenizes /
-detokenizes. Tokenizer calls only read the vocabulary, so they are safe from
-worker threads while the engine thread decodes.
+"""The generation context: it owns the llama.cpp context (loaded through
+``engine.loading``) and one reusable ``llama_batch`` whose arrays are numpy buffers,
+decodes a scheduler plan in one ``llama_decode``, samples through per-request llama.cpp
+sampler chains, and edits the KV memory (trim, copy, state save and restore) for the
+prefix cache. Tokenizing is the model's ``vocabulary`` (``engine.vocabulary``).
 """
 
 from __future__ import annotations
@@ -13,99 +11,26 @@ import ctypes
 import logging
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
-import llama_cpp
 import numpy as np
 
-from engine.backends.rpc import RpcBackend, RpcError
-from engine.backends.rpc import log as rpc_log
+from engine.backends.rpc import RpcBackend
 from engine.backends.threadpool import attach as attach_threadpools
 from engine.config import ModelConfig
+from engine.loading import L, ModelLoadError, init_backend, library_version, load_model, new_context
 from engine.media.spans import MediaSpan, is_media_token, span_at
 from engine.request import SamplingParams, TokenLogprob
 from engine.sampling.grammar_check import GrammarChecker
 from engine.sampling.samplers import Samplers
 from engine.scheduler import BatchItem
+from engine.vocabulary import Vocabulary
 
 log = logging.getLogger("llamaserve.runner")
-# The bindings' ctypes annotations are stricter than ctypes itself; this module is the
-# typed boundary, so the C API is used untyped here.
-L: Any = llama_cpp
 
-KV_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8,
-            "iq4_nl": 20, "bf16": 30}
 DECODE_NO_KV_SLOT = 1
 # llama_state_seq_*_ext: only the partial state (a hybrid memory's recurrent part)
 PARTIAL_ONLY = 1
-
-_LOG_LEVELS = {1: logging.DEBUG, 2: logging.INFO, 3: logging.WARNING, 4: logging.ERROR}
-
-
-def _llama_log(level: int, text: bytes | None, _user: Any) -> None:
-    py_level = _LOG_LEVELS.get(level, logging.DEBUG)
-    if text and log.isEnabledFor(py_level):
-        log.log(py_level, text.decode("utf-8", "replace").rstrip())
-
-
-_LOG_CALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p)(
-    _llama_log)
-_backend_ready = False
-
-
-def _init_backend() -> None:
-    global _backend_ready
-    if not _backend_ready:
-        L.llama_log_set(_LOG_CALLBACK, None)
-        L.llama_backend_init()
-        _backend_ready = True
-
-
-def library_version() -> str:
-    return str(getattr(L, "__version__", "unknown"))
-
-
-@dataclass(frozen=True)
-class FimTokens:
-    """Fill-in-the-middle markers: prefix, suffix, middle; repository and file separators
-    where the model was trained on repository-level FIM."""
-
-    pre: int
-    suf: int
-    mid: int
-    rep: int | None = None
-    sep: int | None = None
-
-
-def model_summary(path: str) -> dict[str, str]:
-    """What ``llamaserve check`` reports of a model file: llama.cpp reads its metadata and
-    vocabulary (no weights). Raises ModelLoadError if llama.cpp cannot."""
-    _init_backend()
-    mp = L.llama_model_default_params()
-    mp.vocab_only = True
-    model = L.llama_model_load_from_file(path.encode(), mp)
-    if not model:
-        raise ModelLoadError(f"llama.cpp could not load the model file {path}")
-    try:
-        buf = ctypes.create_string_buffer(256)
-        out = {}
-        for key in ("general.architecture", "general.name", "general.size_label"):
-            if L.llama_model_meta_val_str(model, key.encode(), buf, len(buf)) >= 0:
-                out[key.split(".")[1]] = buf.value.decode("utf-8", "replace")
-        vocab = L.llama_model_get_vocab(model)
-        out["vocabulary"] = str(L.llama_vocab_n_tokens(vocab))
-        out["chat template"] = "yes" if L.llama_model_chat_template(model, None) else "no"
-        fim = L.llama_vocab_fim_pre(vocab) >= 0 and L.llama_vocab_fim_mid(vocab) >= 0
-        out["fill-in-the-middle"] = "yes" if fim else "no"
-        return out
-    finally:
-        L.llama_model_free(model)
-
-
-class ModelLoadError(RuntimeError):
-    pass
-
 
 class NumpyBatch:
     """A ``llama_batch`` whose arrays are numpy buffers: filling it is slice assignment,
@@ -140,16 +65,17 @@ class NumpyBatch:
 
 class Runner:
     def __init__(self, model_path: str, cfg: ModelConfig) -> None:
-        _init_backend()
+        init_backend()
         self._keep: list[Any] = []  # ctypes objects llama.cpp points into
         self.model_path = model_path
         self.cfg = cfg
-        self.rpc: RpcBackend | None = None  # model.rpc_servers
-        self.model = self._load_model(model_path, cfg)
-        self.vocab = L.llama_model_get_vocab(self.model)
-        self.n_vocab = int(L.llama_vocab_n_tokens(self.vocab))
+        self.rpc: RpcBackend | None  # model.rpc_servers
+        self.model, self.rpc = load_model(model_path, cfg, self._keep)
+        self.vocabulary = Vocabulary(self.model)
+        self.vocab = self.vocabulary.vocab
+        self.n_vocab = self.vocabulary.n_vocab
         self.embedding_only = self._embedding_model(cfg)
-        self.ctx = self.new_context(cfg, embeddings=self.embedding_only)
+        self.ctx = new_context(self.model, cfg, embeddings=self.embedding_only)
         # one persistent CPU threadpool, as llama-server has (not one made per decode)
         self.threadpools = attach_threadpools(self.ctx, cfg.threads, cfg.n_threads_batch)
         self.mem = L.llama_get_memory(self.ctx)
@@ -160,8 +86,6 @@ class Runner:
         self.unified = cfg.kv_unified or self.n_seq_max == 1
         # sliding-window attention keeps only the last window unless swa_full
         self.n_swa = 0 if cfg.swa_full else int(L.llama_model_n_swa(self.model))
-        self._pieces: tuple[dict[int, bytes], dict[int, bytes]] = ({}, {})
-        self._eog: dict[int, bool] = {}
         self._batch = NumpyBatch(self.n_batch)
         self._media_batch: NumpyBatch | None = None  # made on the first media decode
         self.media_identity: dict[str, Any] | None = None  # the projector (engine.media)
@@ -175,94 +99,16 @@ class Runner:
             self.grammar_checker.start()
 
     # -- loading --------------------------------------------------------------
-    def _load_model(self, path: str, cfg: ModelConfig) -> Any:
-        mp = L.llama_model_default_params()
-        if cfg.n_gpu_layers is not None:
-            mp.n_gpu_layers = cfg.n_gpu_layers
-        if cfg.split_mode is not None:
-            mp.split_mode = cfg.split_mode
-        if cfg.main_gpu is not None:
-            mp.main_gpu = cfg.main_gpu
-        if cfg.tensor_split:  # llama.cpp reads one value per device
-            n = max(len(cfg.tensor_split), int(L.llama_max_devices()))
-            split = (ctypes.c_float * n)(*cfg.tensor_split)
-            self._keep.append(split)
-            mp.tensor_split = split
-        if cfg.rpc_servers:
-            try:
-                self.rpc = RpcBackend.connect(cfg.rpc_servers)
-            except RpcError as exc:
-                raise ModelLoadError(str(exc)) from None
-            devices = self.rpc.device_array()
-            self._keep.append(devices)
-            mp.devices = ctypes.cast(devices, ctypes.c_void_p)
-            rpc_log.info("devices: %s (n_gpu_layers %s)", self.rpc.describe(),
-                     "all" if cfg.n_gpu_layers in (None, -1) else cfg.n_gpu_layers)
-        if cfg.draft_model == "draft-mtp":
-            mp.load_mtp = True  # the MTP layers, for an MTP context (engine.drafts.mtp_runner)
-        if cfg.use_mmap and cfg.use_mlock:
-            mp.load_mode = L.LLAMA_LOAD_MODE_MMAP_MLOCK
-        elif cfg.use_mlock:
-            mp.load_mode = L.LLAMA_LOAD_MODE_MLOCK
-        elif cfg.use_mmap:
-            mp.load_mode = L.LLAMA_LOAD_MODE_MMAP
-        else:
-            mp.load_mode = L.LLAMA_LOAD_MODE_NONE
-        model = L.llama_model_load_from_file(path.encode(), mp)
-        if not model:
-            raise ModelLoadError(f"llama.cpp could not load the model file {path}")
-        return model
-
     def _embedding_model(self, cfg: ModelConfig) -> bool:
         """An embedding-only model: bidirectional attention (BERT and kin) or a pooling type
         in the GGUF, unless the config says ``embedding: false``."""
         if cfg.embedding is False:
             return False
-        arch = self.meta("general.architecture") or ""
-        causal = self.meta(f"{arch}.attention.causal")
-        pooling = self.meta(f"{arch}.pooling_type")
+        meta = self.vocabulary.meta
+        arch = meta("general.architecture") or ""
+        causal = meta(f"{arch}.attention.causal")
+        pooling = meta(f"{arch}.pooling_type")
         return causal == "false" or pooling not in (None, "0", "-1")
-
-    def new_context(self, cfg: ModelConfig, *, embeddings: bool = False, n_ctx: int | None = None,
-                    n_seq_max: int | None = None, mtp_of: Any = None) -> Any:
-        """A context on the loaded model. Embedding contexts evaluate a whole batch in one
-        micro-batch (bidirectional attention needs each sequence in one piece); ``mtp_of``
-        makes an MTP context drafting for that target context."""
-        cp = L.llama_context_default_params()
-        if mtp_of is not None:
-            cp.ctx_type = L.LLAMA_CONTEXT_TYPE_MTP
-            cp.ctx_other = mtp_of
-            cp.n_rs_seq = 0
-        elif not embeddings and cfg.draft_max_tokens:
-            # recurrent state (hybrid models) can only roll back rejected drafts from this
-            # many kept snapshots per sequence
-            cp.n_rs_seq = cfg.draft_max_tokens
-        cp.n_ctx = n_ctx or cfg.n_ctx
-        cp.n_batch = min(cfg.n_batch, cp.n_ctx)
-        cp.n_ubatch = cp.n_batch if embeddings else min(cfg.n_ubatch, cfg.n_batch)
-        cp.n_seq_max = n_seq_max or cfg.n_seq_max
-        cp.n_threads = cfg.threads
-        cp.n_threads_batch = cfg.n_threads_batch
-        cp.kv_unified = cfg.kv_unified
-        cp.swa_full = cfg.swa_full
-        cp.no_perf = True
-        cp.embeddings = embeddings
-        if embeddings and cfg.pooling_type is not None:
-            cp.pooling_type = cfg.pooling_type
-        if cfg.flash_attn is not None:
-            cp.flash_attn_type = {True: 1, False: 0, "auto": -1}[cfg.flash_attn]
-        if cfg.offload_kqv is not None:
-            cp.offload_kqv = cfg.offload_kqv
-        if cfg.op_offload is not None:
-            cp.op_offload = cfg.op_offload
-        if cfg.type_k is not None:
-            cp.type_k = KV_TYPES[cfg.type_k]
-        if cfg.type_v is not None:
-            cp.type_v = KV_TYPES[cfg.type_v]
-        ctx = L.llama_init_from_model(self.model, cp)
-        if not ctx:
-            raise ModelLoadError("llama.cpp could not create a context with these settings")
-        return ctx
 
     def load_adapters(self, paths: dict[str, str]) -> None:
         """Load LoRA adapters (name -> GGUF path) on the model; a file llama.cpp refuses
@@ -320,96 +166,6 @@ class Runner:
         if self.model:
             L.llama_model_free(self.model)
             self.model = None
-
-    # -- metadata ---------------------------------------------------------------
-    def chat_template(self) -> str | None:
-        raw = L.llama_model_chat_template(self.model, None)
-        return raw.decode("utf-8") if raw else None
-
-    def meta(self, key: str) -> str | None:
-        buf = ctypes.create_string_buffer(4096)
-        n = L.llama_model_meta_val_str(self.model, key.encode(), buf, len(buf))
-        return buf.value.decode("utf-8", "replace") if n >= 0 else None
-
-    def metadata(self) -> dict[str, str]:
-        """The GGUF's scalar and string metadata as llama.cpp keeps it (arrays such as the
-        vocabulary are not kept), plus ``general.parameter_count``."""
-        out: dict[str, str] = {}
-        for i in range(L.llama_model_meta_count(self.model)):
-            key = ctypes.create_string_buffer(256)
-            if L.llama_model_meta_key_by_index(self.model, i, key, len(key)) < 0:
-                continue
-            value = ctypes.create_string_buffer(1024)
-            n = L.llama_model_meta_val_str_by_index(self.model, i, value, len(value))
-            if n >= len(value):  # a long string (a chat template): read it whole
-                value = ctypes.create_string_buffer(n + 1)
-                n = L.llama_model_meta_val_str_by_index(self.model, i, value, len(value))
-            if n >= 0:
-                out[key.value.decode("utf-8", "replace")] = value.value.decode("utf-8",
-                                                                               "replace")
-        out["general.parameter_count"] = str(L.llama_model_n_params(self.model))
-        return out
-
-    def special_token_text(self, which: str) -> str:
-        token = {"bos": L.llama_vocab_bos, "eos": L.llama_vocab_eos}[which](self.vocab)
-        return self.piece(token, special=True).decode("utf-8", "replace") if token >= 0 else ""
-
-    @property
-    def bos_token(self) -> int:
-        return int(L.llama_vocab_bos(self.vocab))
-
-    @property
-    def adds_bos(self) -> bool:
-        return bool(L.llama_vocab_get_add_bos(self.vocab))
-
-    def fim_tokens(self) -> FimTokens | None:
-        """The vocabulary's fill-in-the-middle tokens (None: the model has none)."""
-        ids = [int(f(self.vocab)) for f in (L.llama_vocab_fim_pre, L.llama_vocab_fim_suf,
-                                            L.llama_vocab_fim_mid, L.llama_vocab_fim_rep,
-                                            L.llama_vocab_fim_sep)]
-        if min(ids[:3]) < 0:
-            return None
-        return FimTokens(ids[0], ids[1], ids[2], ids[3] if ids[3] >= 0 else None,
-                         ids[4] if ids[4] >= 0 else None)
-
-    # -- tokenizer (thread-safe: reads the vocabulary only) -----------------------
-    def tokenize(self, text: str, add_special: bool = True,
-                 parse_special: bool = False) -> list[int]:
-        data = text.encode("utf-8")
-        cap = len(data) + 16
-        buf = (L.llama_token * cap)()
-        n = L.llama_tokenize(self.vocab, data, len(data), buf, cap, add_special, parse_special)
-        if n < 0:
-            cap = -n
-            buf = (L.llama_token * cap)()
-            n = L.llama_tokenize(self.vocab, data, len(data), buf, cap, add_special, parse_special)
-        return list(buf[:n])
-
-    def piece(self, token: int, special: bool = False) -> bytes:
-        cache = self._pieces[special]
-        out = cache.get(token)
-        if out is None:
-            buf = ctypes.create_string_buffer(64)
-            n = L.llama_token_to_piece(self.vocab, token, buf, 64, 0, special)
-            if n < 0:
-                buf = ctypes.create_string_buffer(-n)
-                n = L.llama_token_to_piece(self.vocab, token, buf, -n, 0, special)
-            out = buf.raw[:n]
-            cache[token] = out
-        return out
-
-    def detokenize(self, tokens: Sequence[int], special: bool = False) -> str:
-        return b"".join(self.piece(t, special) for t in tokens).decode("utf-8", "replace")
-
-    def valid_token(self, token: int) -> bool:
-        return 0 <= token < self.n_vocab
-
-    def is_eog(self, token: int) -> bool:
-        hit = self._eog.get(token)
-        if hit is None:
-            hit = bool(L.llama_vocab_is_eog(self.vocab, token))
-            self._eog[token] = hit
-        return hit
 
     # -- sampling (engine.sampling) -------------------------------------------------
     def new_sampler(self, p: SamplingParams, history: Sequence[int]) -> Any:

@@ -31,7 +31,7 @@ def snapshotting(snapshot_bytes: int = 1 << 20, n_batch: int = 4096, n_seq: int 
     kv = FakeKv(recurrent=True, **kv_args)  # type: ignore[arg-type]
     metrics = EngineMetrics()
     cache = PrefixCache(n_seq, kv, capacity=20_000, disk=disk, metrics=metrics,
-                        snapshot_bytes=snapshot_bytes)
+                        snapshot_bytes=snapshot_bytes, is_eog=kv.is_eog)
     return Scheduler(cache, n_batch), kv, metrics
 
 

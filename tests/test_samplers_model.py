@@ -58,7 +58,7 @@ def generate(runner: Runner, params: SamplingParams, n: int, fast: bool = True
     """Up to n tokens (stops at end of generation); and how many steps checked every
     candidate."""
     runner.samplers.grammar_fast = fast
-    prompt = runner.tokenize(PROMPT, add_special=False, parse_special=True)
+    prompt = runner.vocabulary.tokenize(PROMPT, add_special=False, parse_special=True)
     runner.seq_clear(0)
     sampler = runner.new_sampler(params, prompt)
     out: list[int] = []
@@ -67,7 +67,7 @@ def generate(runner: Runner, params: SamplingParams, n: int, fast: bool = True
         assert status == 0
         while len(out) < n:
             token = runner.sample(sampler, last[0])
-            if runner.is_eog(token):
+            if runner.vocabulary.is_eog(token):
                 break
             out.append(token)
             status, last = runner.decode_tokens([(0, [token], len(prompt) + len(out) - 1)])
@@ -108,9 +108,9 @@ def test_sampled_answers_always_match_the_schema(runner: Runner) -> None:
         params = replace(DEFAULTS, temperature=1.0, seed=100 + seed,
                          grammar=GRAMMARS["json_schema"])
         tokens, _ = generate(runner, params, 400)
-        jsonschema.validate(json.loads(runner.detokenize(tokens)), SCHEMA)
+        jsonschema.validate(json.loads(runner.vocabulary.detokenize(tokens)), SCHEMA)
     # pure temperature sampling always takes the full path, and also matches
     params = SamplingParams(temperature=1.0, seed=5, grammar=GRAMMARS["json_schema"])
     tokens, full = generate(runner, params, 400)
-    jsonschema.validate(json.loads(runner.detokenize(tokens)), SCHEMA)
+    jsonschema.validate(json.loads(runner.vocabulary.detokenize(tokens)), SCHEMA)
     assert full == len(tokens) + 1  # every step, the end-of-generation one included

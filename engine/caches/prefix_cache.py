@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
@@ -98,7 +99,6 @@ class KvOps(Protocol):
     # end there)
     def seq_rewind(self, seq: int, n: int, data: bytes, src: int | None = None,
                    last: int | None = None) -> bool: ...
-    def is_eog(self, token: int) -> bool: ...  # ends a message (snapshot positions)
 
 
 @dataclass(eq=False)
@@ -125,9 +125,12 @@ class PrefixCache:
                  n_swa: int = 0, disk: DiskCache | None = None,
                  metrics: EngineMetrics | None = None,
                  disk_adapters: tuple[tuple[str, float], ...] = (),
-                 snapshot_bytes: int = 0) -> None:
+                 snapshot_bytes: int = 0,
+                 is_eog: Callable[[int], bool] | None = None) -> None:
         self.slots = [Slot(i) for i in range(n_seq)]
         self.kv = kv
+        # tokens that end a message: where snapshots are taken (none known: no snapshots)
+        self.is_eog = is_eog or (lambda token: False)
         self.capacity = capacity
         self.unified = unified
         self.n_swa = n_swa
@@ -355,7 +358,7 @@ class PrefixCache:
         diverged from the cached sequences, and one token before the end; past ``start``,
         never inside a media, not closer than SNAPSHOT_MIN_GAP before a later one."""
         prompt, end = r.prompt, len(r.prompt) - 1
-        ends = [i + 1 for i in range(start, end) if prompt[i] >= 0 and self.kv.is_eog(prompt[i])]
+        ends = [i + 1 for i in range(start, end) if prompt[i] >= 0 and self.is_eog(prompt[i])]
         # most useful first: the first message (a new conversation with the same system
         # prompt), where the prompt left a cached one, the prompt's end (the same prompt
         # again), then the last messages (an agent's retried turn); a point closer than

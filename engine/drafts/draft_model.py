@@ -14,7 +14,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from engine.config import ModelConfig
-from engine.runner import ModelLoadError, Runner
+from engine.loading import ModelLoadError
+from engine.runner import Runner
 
 PROBE = "Hello world! def add(a, b):\n    return a + b  # ünïcödé 123"
 
@@ -26,7 +27,7 @@ class DraftModel:
                        embedding=False, pooling_type=None, swa_full=True, draft_model=None)
         self.runner = Runner(path, dcfg)
         same = (self.runner.n_vocab == target.n_vocab
-                and self.runner.tokenize(PROBE) == target.tokenize(PROBE))
+                and self.runner.vocabulary.tokenize(PROBE) == target.vocabulary.tokenize(PROBE))
         if not same:
             self.runner.close()
             raise ModelLoadError(f"draft model {path} does not share the target model's "

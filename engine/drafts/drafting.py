@@ -30,9 +30,10 @@ from engine.drafts.draft_model import DraftModel
 from engine.drafts.mtp import MtpDrafter
 from engine.drafts.mtp_runner import LlamaMtp, mtp_layers
 from engine.drafts.ngram_index import Proposal
+from engine.loading import ModelLoadError
 from engine.metrics import EngineMetrics
 from engine.request import Request
-from engine.runner import ModelLoadError, Runner
+from engine.runner import Runner
 from engine.scheduler import BatchItem
 
 log = logging.getLogger("llamaserve.drafting")
@@ -188,7 +189,7 @@ def _ema(old: float, new: float) -> float:
 
 def mtp_unavailable(runner: Runner) -> str:
     """Why ``draft-mtp`` cannot run with this model."""
-    arch = runner.meta("general.architecture") or ""
+    arch = runner.vocabulary.meta("general.architecture") or ""
     return (f"draft_model 'draft-mtp' needs a model with MTP (next-token prediction) "
             f"layers; this {arch or 'model'} GGUF has none "
             f"({arch}.nextn_predict_layers is missing)")

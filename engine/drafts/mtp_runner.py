@@ -11,7 +11,8 @@ import numpy as np
 
 from engine.config import ModelConfig
 from engine.drafts.mtp import NextnApi, Row
-from engine.runner import L, ModelLoadError, Runner
+from engine.loading import L, ModelLoadError, new_context
+from engine.runner import Runner
 
 
 def mtp_layers(runner: Runner) -> int:
@@ -26,7 +27,7 @@ class LlamaMtp:
                                  "llama_set_embeddings_nextn / llama_get_embeddings_nextn")
         self.api, self.target = api, runner
         self.n_embd = int(L.llama_model_n_embd_out(runner.model))
-        self.ctx = runner.new_context(cfg, mtp_of=runner.ctx)
+        self.ctx = new_context(runner.model, cfg, mtp_of=runner.ctx)
         self.mem = L.llama_get_memory(self.ctx)
         api.set(runner.ctx, True, False)  # the target: a hidden row for every token
         api.set(self.ctx, True, True)  # the MTP head: rows for the outputs only
