@@ -69,6 +69,14 @@ class ServerConfig:
     max_loaded_models: int = 0  # models loaded at once (LRU unloaded first); 0 = no limit
     max_loaded_bytes: int = 0  # weights + KV of loaded models; 0 = no limit
     model_idle_seconds: float = 0.0  # unload a model unused this long; 0 = never
+    # the Batch API (api/batch): its store's directory (None: the Batch API is off); one
+    # server process per directory
+    batch_dir: str | None = None
+    batch_max_bytes: int = 10 * 1024**3  # uploads + results in batch_dir
+    batch_file_max_bytes: int = 200 * 1024**2  # one upload
+    batch_max_lines: int = 50_000  # requests in one batch input file
+    batch_retention: float = 30 * 86400.0  # seconds files / finished batches stay; 0 = forever
+    batch_max_inflight: int = 0  # batch lines running at once; 0 = the model's sequences
 
 
 @dataclass(frozen=True)
@@ -425,6 +433,11 @@ def _server(data: dict[str, Any]) -> ServerConfig:
 
 
 def parse(data: Any) -> Config:
+    if data.get("batch_dir"):
+        values["batch_dir"] = expand_path(data["batch_dir"])
+    if values.get("batch_file_max_bytes", 0) > values.get("batch_max_bytes", 10 * 1024**3):
+        raise ConfigError("server.batch_file_max_bytes: larger than server.batch_max_bytes "
+                          "(an upload could never fit)")
     """Validate a decoded JSON document and build the Config."""
     if isinstance(data, dict) and ("model" in data) == ("models" in data):
         raise ConfigError("<root>: 'model' is a required property (or a 'models' list, "

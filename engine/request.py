@@ -88,6 +88,7 @@ class BackendUnavailable(EngineError):
     (maps to an HTTP 503)."""
 
 
+BACKGROUND = 1  # Request.priority of batch lines: admitted after every waiting 0
 _ids = itertools.count(1)
 
 
@@ -122,6 +123,7 @@ class Request:
     adapters: tuple[tuple[str, float], ...] = ()  # LoRA (name, scale), sorted; () = base
     # prompt index -> KV position (M-RoPE media take fewer positions than tokens)
     positions: PositionMap = IDENTITY
+    priority: int = 0  # admission order: lower first (interactive 0, batch BACKGROUND)
 
     def __post_init__(self) -> None:
         if self.media:

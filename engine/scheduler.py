@@ -62,8 +62,13 @@ class Scheduler:
 
     # -- queue management -------------------------------------------------
     def add(self, request: Request) -> None:
+        """Queue a request: FIFO within a priority, lower ``priority`` admitted first
+        (an interactive request goes ahead of waiting batch lines)."""
         request.status = Status.WAITING
-        self.waiting.append(request)
+        at = len(self.waiting)
+        while at and self.waiting[at - 1].priority > request.priority:
+            at -= 1
+        self.waiting.insert(at, request)
 
     def remove(self, request: Request, keep_kv: bool = True) -> None:
         """Take a request out (finished, cancelled or failed); its sequence is free again

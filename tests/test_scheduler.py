@@ -136,3 +136,22 @@ def test_prefill_chunk_bounds_prompt_tokens_only_while_others_generate() -> None
     s.add(second)
     plan = s.schedule()
     assert [(i.request is first, len(i.tokens)) for i in plan.items] == [(True, 1), (False, 64)]
+
+
+def test_interactive_requests_are_admitted_before_waiting_batch_lines() -> None:
+    """Request.priority: a waiting interactive request (0) goes ahead of every waiting
+    batch line (BACKGROUND); FIFO within each priority."""
+    from engine.request import BACKGROUND
+    s = Sched(n_seq_max=1, n_batch=512, kv_capacity=4096)
+    first, b1, b2 = req(4), req(4), req(4)
+    b1.priority = b2.priority = BACKGROUND
+    for r in (first, b1, b2):
+        s.add(r)
+    i1, i2 = req(4), req(4)
+    s.add(i1)
+    s.add(i2)
+    assert list(s.waiting) == [first, i1, i2, b1, b2]
+    plan = s.schedule()
+    assert [i.request for i in plan.items] == [first]
+    s.remove(first)
+    assert [i.request for i in s.schedule().items] == [i1]

@@ -17,6 +17,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route, WebSocketRoute
 
 from api.anthropic.routes import count_tokens, create_message
+from api.batch.routes import BATCH_ROUTES
+from api.batch.runner import BatchService
 from api.ollama.routes import OLLAMA_ROUTES
 from api.openai.chat import create_chat_completion
 from api.openai.completions import create_completion
@@ -205,6 +207,8 @@ def build_app(config: Config, model: ModelHandle, manage_engine: bool = True,
         try:
             yield
         finally:
+            if server.batches is not None:
+                server.batches.stop()
             if manage_engine:
                 server.registry.stop()
 
@@ -230,6 +234,7 @@ def build_app(config: Config, model: ModelHandle, manage_engine: bool = True,
         Route("/health", healthz, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
         *OLLAMA_ROUTES,
+        *BATCH_ROUTES,
     ]
     middleware = []
     if config.server.cors is not None:
@@ -247,4 +252,6 @@ def build_app(config: Config, model: ModelHandle, manage_engine: bool = True,
         Exception: unhandled_error_handler,
     })
     app.state.llama = server
+    if config.server.batch_dir is not None:
+        server.batches = BatchService(server, app, config.server, server.http_registry)
     return app

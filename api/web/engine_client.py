@@ -9,6 +9,7 @@ request and no executor hop happens per token. Blocking preparation work
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import dataclasses
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -31,6 +32,11 @@ from engine.request import (
 )
 
 T = TypeVar("T")
+
+# engine.request.Request.priority of the requests started in this context (the batch
+# worker sets it to engine.request.BACKGROUND around a batch line)
+PRIORITY: contextvars.ContextVar[int] = contextvars.ContextVar("llamaserve_priority",
+                                                               default=0)
 
 
 class ClientTooSlow(EngineError):
@@ -156,7 +162,8 @@ class EngineClient:
                 requests.append(Request(prompt=prompt, params=choice, max_new_tokens=max_new,
                                         consumer=queue, index=p_index * n + i,
                                         deadline=deadline, adapters=adapters,
-                                        media=tuple(s.fresh() for s in media)))
+                                        media=tuple(s.fresh() for s in media),
+                                        priority=PRIORITY.get()))
         self.outstanding += len(requests)
         try:
             for r in requests:

@@ -93,6 +93,8 @@ class Lifecycle:
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 state = self.state
+                if state is not None and state.batches is not None:
+                    state.batches.stop()
                 if state is not None:
                     await asyncio.get_running_loop().run_in_executor(None,
                                                                      state.registry.stop)

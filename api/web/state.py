@@ -45,11 +45,14 @@ class ServerState:
     seal: ReasoningSeal = field(default_factory=lambda: ReasoningSeal(None, ""))
     http_registry: Any = None  # prometheus registry of the HTTP metrics (api.web.gate)
     pullable: tuple[str, ...] = ()  # names `llamaserve pull` fetches (Ollama's /api/pull)
+    batches: Any = None  # api.batch.runner.BatchService with server.batch_dir, else None
 
     def start(self) -> None:
         """Start the first model's engine and the idle unloader (in the event loop)."""
         self.default.client.start()
         self.registry.start()
+        if self.batches is not None:
+            self.batches.start()
 
     async def route(self, model: Any, scope: MutableMapping[str, Any] | None = None) -> ModelState:
         """The model a request's ``model`` field names (loaded if it is not). No name: the
