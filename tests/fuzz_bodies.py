@@ -492,6 +492,18 @@ ENDPOINTS: dict[str, dict[str, Any]] = {
 }
 
 
+# reranking (api/rerank): on the fuzz server (no rank pooling) bodies are parsed, then refused
+# by model; ``rerank_bodies`` sends the worst values to real rerankers (tests/test_fuzz.py)
+DOCUMENT = TEXT | st.fixed_dictionaries({"text": TEXT}) | JSON
+ENDPOINTS.update({
+    "/v1/rerank": {"model": MODEL, "query": TEXT | JSON,
+                   "documents": st.lists(DOCUMENT, max_size=4) | JSON,
+                   "top_n": st.integers(-2, 6) | JSON, "return_documents": st.booleans() | JSON},
+    "/v1/score": {"model": MODEL, "text_1": TEXT | st.lists(TEXT, max_size=3) | JSON,
+                  "text_2": TEXT | st.lists(DOCUMENT, max_size=3) | JSON},
+})
+
+
 # Ollama's routes (api/ollama): names with tags, options, images as base64 lists; each field
 # mostly of the right type, so bodies get past the first check to the deeper ones
 
@@ -661,7 +673,7 @@ def post(http: httpx.Client, case: tuple[str, Any]) -> httpx.Response:
 
 NUMBER_FIELDS = ["temperature", "top_p", "top_k", "n", "seed", "max_tokens", "logprobs",
                  "top_logprobs", "presence_penalty", "frequency_penalty", "repeat_penalty",
-                 "min_p", "dimensions", "max_output_tokens", "max_completion_tokens"]
+                 "min_p", "dimensions", "max_output_tokens", "max_completion_tokens", "top_n"]
 OLLAMA_NUMBER_FIELDS = ["temperature", "top_p", "top_k", "min_p", "seed", "num_predict",
                         "repeat_penalty", "repeat_last_n", "presence_penalty",
                         "frequency_penalty", "num_ctx", "dimensions"]
@@ -821,6 +833,45 @@ def check_error_shape(r: httpx.Response) -> None:
                 r.text[:300]
             return
         assert set(body["error"]) == {"message", "type", "param", "code"}, r.text[:300]
+
+
+# -- reranking's worst values, for real rerankers (tests/make_reranker_models.py) ----------
+
+RERANKERS = ("reranker-bert", "reranker-qwen3")
+# what a prompt template or tokenizer could trip on: special-token text (parsed as specials
+# in a rerank template, as llama-server does), the template's own placeholders, texts at and
+# past the context (512 positions for the BERT reranker), empty ones, any code point
+RERANK_TEXT = WILD_TEXT | st.sampled_from([
+    "", " ", "<|im_end|>", "<|im_start|>assistant\n", "<|endoftext|>", "[SEP]", "[CLS] [PAD]",
+    "{query}", "{document}", "{document}{query}", "<think>", "yes", "no", "\n" * 50]) | \
+    st.sampled_from([500, 505, 510, 513, 2100]).map(lambda k: "word " * k)
+
+
+@st.composite
+def rerank_bodies(draw: st.DrawFn) -> tuple[str, Any]:
+    """A /v1/rerank or /v1/score body for a reranker: hostile texts, many documents, top_n
+    at its edges."""
+    path = draw(st.sampled_from(["/v1/rerank", "/rerank", "/v1/score"]))
+    many = draw(st.sampled_from([0, 0, 0, 0, 1023, 1024, 1025]))
+    # many documents go to the BERT reranker: the qwen3 one computes (as llama.cpp does for
+    # every causal model) its 152k-token LM head on every prompt token, ~1,400 tokens/s here
+    model = "reranker-bert" if many else draw(st.sampled_from([*RERANKERS, *RERANKERS, None,
+                                                                "", "x"]))
+    docs: list[Any] = ["d"] * many if many else draw(st.lists(
+        RERANK_TEXT | st.fixed_dictionaries({"text": RERANK_TEXT}) | JUNK, max_size=6))
+    if path == "/v1/score":
+        text = st.sampled_from(["q", "<|im_end|>"]) if many else RERANK_TEXT
+        text_1 = draw(text | st.lists(text, min_size=len(docs), max_size=len(docs)) | JUNK)
+        return path, {"model": model, "text_1": text_1, "text_2": docs}
+    # a thousand documents with a query near the context would be a million tokens of work
+    query = draw(st.sampled_from(["q", "", "{document}"]) if many else RERANK_TEXT | JUNK)
+    body = {"model": model, "query": query, "documents": docs}
+    if draw(st.booleans()):
+        body["top_n"] = draw(st.sampled_from([0, 1, -1, 2**31, 2**63 - 1, -2**63, 1.0, "1",
+                                              None, True]) | st.integers(-3, 8))
+    if draw(st.booleans()):
+        body["return_documents"] = draw(st.booleans() | JUNK)
+    return path, body
 
 
 # -- WebSocket frames ------------------------------------------------------------------------

@@ -19,8 +19,9 @@ from hypothesis import HealthCheck, given, settings
 from websockets.sync.client import connect
 
 import media_samples as samples
-from conftest import ServerProcess, start_server
+from conftest import ServerProcess, reranker_config, start_server
 from fuzz_bodies import (
+    RERANKERS,
     check_error_shape,
     fuzz_config,
     hostile_bodies,
@@ -28,6 +29,7 @@ from fuzz_bodies import (
     post,
     post_raw,
     request_bodies,
+    rerank_bodies,
     session_cases,
     ws_exchange,
     ws_frames,
@@ -35,7 +37,9 @@ from fuzz_bodies import (
 from fuzz_schemas import schema_cases
 
 EXAMPLES = 300
+RERANK_EXAMPLES = 80
 HOSTILE_EXAMPLES = 300
+RERANK_EXAMPLES = 80
 MEDIA_EXAMPLES = 200
 WS_EXAMPLES = 100
 IMAGE_TOKENS = 4  # the test projector: any image is 2 x 2 patches
@@ -351,3 +355,38 @@ def test_hostile_schemas_in_websocket_frames_get_an_answer(fuzz_server: ServerPr
     assert any(k.startswith("error:") for k in seen), seen
     with httpx.Client(base_url=fuzz_server.url, timeout=60) as http:
         assert_healthy_and_media_works(fuzz_server, http)
+
+
+@pytest.fixture(scope="module")
+def rerank_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """Both generated rerankers (a BERT cross-encoder, a Qwen3-style LLM reranker whose
+    prompts come from a template that parses special tokens) behind one server."""
+    tmp = tmp_path_factory.mktemp("fuzz-rerank")
+    models = [reranker_config(kind, n_seq_max=8)["model"] for kind in ("bert", "qwen3")]
+    server = start_server({"server": {"max_body_bytes": 65536}, "models": models}, tmp)
+    yield server
+    server.stop()
+
+
+def test_rerank_worst_values_never_get_a_5xx(rerank_server: ServerProcess) -> None:
+    """Special-token text and the template's placeholders in queries and documents, texts
+    at and past the context, empty ones, 1,023 to 1,025 documents, top_n at its edges: a
+    200 or a 400 in OpenAI's shape, and the server keeps scoring."""
+    statuses: dict[int, int] = {}
+    with httpx.Client(base_url=rerank_server.url, timeout=120) as http:
+
+        @settings(max_examples=RERANK_EXAMPLES, deadline=None, database=None,
+                  derandomize=True, suppress_health_check=list(HealthCheck))
+        @given(rerank_bodies())
+        def check(case: tuple[str, Any]) -> None:
+            r = post(http, case)
+            statuses[r.status_code] = statuses.get(r.status_code, 0) + 1
+            check_error_shape(r)
+
+        check()
+        assert statuses.get(200, 0) > 5 and statuses.get(400, 0) > 5, statuses
+        assert http.get("/healthz").status_code == 200
+        for model in RERANKERS:
+            r = http.post("/v1/rerank", json={"model": model, "query": "q",
+                                              "documents": ["a", "b"]})
+            assert r.status_code == 200 and len(r.json()["results"]) == 2, r.text
