@@ -3,24 +3,37 @@
 Settings a user needs: `OpenAILike(model=<alias>, api_base=…/v1, api_key=<any>,
 is_chat_model=True, is_function_calling_model=True, context_window=<n_ctx>)` (OpenAI() itself
 rejects model names it does not know); `OpenAIEmbedding(model_name=<alias>, api_base=…,
-api_key=<any>)` — `model_name`, since `model` is checked against OpenAI's own model list.
+api_key=<any>)` — `model_name`, since `model` is checked against OpenAI's own model list;
+`JinaRerank(model=<alias>, base_url=…/v1, api_key=<any>, top_n=…)` (the
+llama-index-postprocessor-jinaai-rerank package) for /v1/rerank.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import numpy as np
+import pytest
 
 from compat_models import ORDER_PROMPT, WEATHER_PROMPT, Order, Weather, check_order
-from conftest import COMPAT_MODEL, ROOT, ServerProcess, require_library
+from conftest import (
+    COMPAT_MODEL,
+    ROOT,
+    ServerProcess,
+    require_library,
+    reranker_config,
+    start_server,
+)
 
 require_library("llama_index.llms.openai_like")
 
 from llama_index.core.llms import ChatMessage  # noqa: E402
 from llama_index.core.prompts import PromptTemplate  # noqa: E402
+from llama_index.core.schema import NodeWithScore, TextNode  # noqa: E402
 from llama_index.core.tools import FunctionTool  # noqa: E402
 from llama_index.embeddings.openai import OpenAIEmbedding  # noqa: E402
 from llama_index.llms.openai_like import OpenAILike  # noqa: E402
@@ -95,3 +108,26 @@ def test_embedding_matches_sentence_transformers(minilm_server: ServerProcess) -
         assert float(np.array(v) @ np.array(ref)) >= 0.99
     q = asyncio.run(emb.aget_query_embedding(REFERENCE["sentences"][0]))
     assert float(np.array(q) @ np.array(REFERENCE["vectors"][0])) >= 0.99
+
+
+@pytest.fixture(scope="module")
+def reranker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """The generated Qwen3-style reranker (random weights: the order is noise)."""
+    server = start_server(reranker_config("qwen3"), tmp_path_factory.mktemp("rerank"))
+    yield server
+    server.stop()
+
+
+def test_jina_rerank_postprocessor(reranker: ServerProcess) -> None:
+    jina = require_library("llama_index.postprocessor.jinaai_rerank")
+    texts = ["Paris is the capital of France.", "Bananas are yellow.",
+             "The Seine flows through Paris.", "Mount Everest is in Nepal."]
+    query = "Which river runs through Paris?"
+    rerank = jina.JinaRerank(model="reranker-qwen3", base_url=reranker.base_url,
+                             api_key="unused", top_n=2)
+    nodes = [NodeWithScore(node=TextNode(text=t), score=0.0) for t in texts]
+    out = rerank.postprocess_nodes(nodes, query_str=query)
+    expected = httpx.post(f"{reranker.base_url}/rerank", timeout=60, json={
+        "model": "reranker-qwen3", "query": query, "documents": texts}).json()["results"]
+    assert [n.node.get_content() for n in out] == [texts[r["index"]] for r in expected[:2]]
+    assert [n.score for n in out] == [r["relevance_score"] for r in expected[:2]]
