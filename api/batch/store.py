@@ -98,13 +98,11 @@ class BatchStore:
             sql += " AND purpose=?"
             args.append(purpose)
         if after:
-            ref = self.file(after)
+            ref = self.db.execute("SELECT rowid FROM files WHERE id=?", (after,)).fetchone()
             if ref is not None:
-                op = ">" if ascending else "<"
-                sql += f" AND (created_at {op} ? OR (created_at = ? AND id {op} ?))"
-                args += [ref.created_at, ref.created_at, ref.id]
-        order = "ASC" if ascending else "DESC"
-        sql += f" ORDER BY created_at {order}, id {order} LIMIT ?"
+                sql += f" AND rowid {'>' if ascending else '<'} ?"
+                args.append(ref[0])
+        sql += f" ORDER BY rowid {'ASC' if ascending else 'DESC'} LIMIT ?"
         return [FileRow(*r) for r in self.db.execute(sql, [*args, limit])]
 
     def file_in_use(self, file_id: str) -> str | None:
@@ -140,21 +138,20 @@ class BatchStore:
         return json.loads(r[0]) if r else None
 
     def batches(self, after: str | None, limit: int) -> list[dict[str, Any]]:
-        """Newest first, as OpenAI lists them."""
-        sql, args = "SELECT data FROM batches", []
+        """Newest first, as OpenAI lists them (rowid: the order they were created in)."""
+        sql, args = "SELECT data FROM batches", list[Any]()
         if after:
-            ref = self.db.execute("SELECT created_at FROM batches WHERE id=?",
-                                  (after,)).fetchone()
+            ref = self.db.execute("SELECT rowid FROM batches WHERE id=?", (after,)).fetchone()
             if ref is not None:
-                sql += " WHERE created_at < ? OR (created_at = ? AND id < ?)"
-                args += [ref[0], ref[0], after]
-        sql += " ORDER BY created_at DESC, id DESC LIMIT ?"
+                sql += " WHERE rowid < ?"
+                args.append(ref[0])
+        sql += " ORDER BY rowid DESC LIMIT ?"
         return [json.loads(r[0]) for r in self.db.execute(sql, [*args, limit])]
 
     def active_batches(self) -> list[dict[str, Any]]:
         """Oldest first: the order the runner works in."""
         return [json.loads(r[0]) for r in self.db.execute(
-            "SELECT data FROM batches WHERE status IN (?,?,?,?) ORDER BY created_at, id",
+            "SELECT data FROM batches WHERE status IN (?,?,?,?) ORDER BY rowid",
             ACTIVE)]
 
     def update_batch(self, batch: dict[str, Any]) -> None:
