@@ -3,9 +3,10 @@ validates their input, runs their lines through the interactive route handlers (
 validation, code paths and error bodies) at the engine's background priority, commits
 each line's result as it finishes, and writes the output and error files.
 
-Concurrency: at most the sequences interactive requests leave free (at least one line,
-at most ``server.batch_max_inflight``); the scheduler admits waiting interactive requests
-before batch lines (``engine.request.Request.priority``).
+Concurrency: at most the sequences interactive requests leave free, less one kept for the
+next interactive request (at least one line, at most ``server.batch_max_inflight``); the
+scheduler admits waiting interactive requests before batch lines
+(``engine.request.Request.priority``).
 """
 
 from __future__ import annotations
@@ -201,15 +202,16 @@ class BatchService:
         return None
 
     def _slots(self) -> int:
-        """Lines in flight: the sequences interactive requests leave free, at least one."""
+        """Lines in flight: the sequences interactive requests leave free, less one kept
+        for the next interactive request (a batch line is not preempted), at least one."""
         try:
             state = self.server.default
         except APIError:
             return 1
+        n_seq = state.model.n_seq_max
         interactive = max(0, state.client.outstanding - self.inflight)
-        free = state.model.n_seq_max - interactive
-        cap = self.cfg.batch_max_inflight or state.model.n_seq_max
-        return max(1, min(free, cap))
+        cap = self.cfg.batch_max_inflight or n_seq - 1
+        return max(1, min(n_seq - 1 - interactive, cap))
 
     async def _line(self, batch: dict[str, Any], line: Line) -> None:
         self.inflight += 1
