@@ -194,6 +194,9 @@ class ModelConfig:
     mtmd: MtmdConfig | None = None
     loras: tuple[LoraConfig, ...] = ()
     sampling: SamplingDefaults = LLAMA_CPP_SAMPLING
+    # thinking budgets in tokens: "default", and per reasoning_effort ("minimal", "low",
+    # "medium", "high"); a request's own budget wins (api.chat.prepare)
+    reasoning_budget: tuple[tuple[str, int], ...] = ()
 
     @property
     def draft_max_tokens(self) -> int:
@@ -325,6 +328,7 @@ def _model(data: dict[str, Any], at: str = "model") -> ModelConfig:
     values["mtmd"] = _mtmd(data["mtmd"], f"{at}.mtmd") if "mtmd" in data else None
     values["loras"] = _loras(data.get("loras", []), f"{at}.loras")
     values["sampling"] = SamplingDefaults(**data.get("sampling", {}))
+    values["reasoning_budget"] = tuple(sorted(data.get("reasoning_budget", {}).items()))
     return ModelConfig(**values)
 
 
@@ -429,15 +433,15 @@ def _server(data: dict[str, Any]) -> ServerConfig:
         values["log_file"] = expand_path(data["log_file"])
     if data.get("responses_store_path"):
         values["responses_store_path"] = expand_path(data["responses_store_path"])
-    return ServerConfig(**values)
-
-
-def parse(data: Any) -> Config:
     if data.get("batch_dir"):
         values["batch_dir"] = expand_path(data["batch_dir"])
     if values.get("batch_file_max_bytes", 0) > values.get("batch_max_bytes", 10 * 1024**3):
         raise ConfigError("server.batch_file_max_bytes: larger than server.batch_max_bytes "
                           "(an upload could never fit)")
+    return ServerConfig(**values)
+
+
+def parse(data: Any) -> Config:
     """Validate a decoded JSON document and build the Config."""
     if isinstance(data, dict) and ("model" in data) == ("models" in data):
         raise ConfigError("<root>: 'model' is a required property (or a 'models' list, "

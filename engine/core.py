@@ -535,8 +535,15 @@ class Engine:
         return True
 
     def _sample(self, r: Request, index: int, out: list[tuple[Request, Delta]]) -> None:
-        if self._ensure_sampler(r, out):
-            self._emit(r, self.runner.sample(r.sampler, index), index, out)
+        if not self._ensure_sampler(r, out):
+            return
+        forced = r.reasoning.forced() if r.reasoning is not None else None
+        if forced is None:
+            token = self.runner.sample(r.sampler, index)
+        else:  # the thinking budget is spent: its end marker, seen by grammar and penalties
+            token = forced
+            self.runner.accept(r.sampler, token)
+        self._emit(r, token, index, out)
 
     def _emit(self, r: Request, token: int, index: int,
               out: list[tuple[Request, Delta]]) -> bool:
@@ -563,6 +570,8 @@ class Engine:
             delta.logprobs = None
             self._finish(r, "stop", out, delta)
             return False
+        if r.reasoning is not None and not r.reasoning.closed:
+            r.reasoning.saw(self.runner.vocabulary.piece(token, True).decode("utf-8", "replace"))
         delta.text = r.detok.feed(self.runner.vocabulary.piece(token, token in self.render_special))
         if r.detok.stopped:
             delta.stop_sequence = r.detok.matched

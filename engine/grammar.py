@@ -123,8 +123,27 @@ def json_grammar(schema: dict[str, Any] | None, after: str | None = None) -> Gra
     if after is None:
         conv._add_rule("root", value)
         return _grammar(conv, schemas)
-    conv._add_rule("root", f'{_gbnf_literal(after)} [ \\t\\n]* {value}')
+    conv._add_rule("root", _after(after, value))
     return _grammar(conv, schemas, (_trigger(after),))
+
+
+def _after(marker: str, rule: str) -> str:
+    """``rule`` once ``marker`` (the end of a reasoning block) and at most a blank line
+    have been written (unbounded whitespace would let an unsure model write only that)."""
+    return f'{_gbnf_literal(marker)} [ \\t\\n]{{0,3}} {rule}'
+
+
+def _blocks(conv: Any, schemas: SchemaSet | None, *, parallel: bool, lazy: bool,
+            start: str, after: str | None) -> Grammar:
+    """The root over ``call-block`` rules: one or several (``parallel``); behind the
+    reasoning end ``after`` when the prompt opened a reasoning block (a forced call must
+    not start inside the thinking), else lazy on the call marker (``auto``) or not."""
+    blocks = '"\\n"? call-block ("\\n" call-block)*' if parallel else '"\\n"? call-block'
+    if after is not None:
+        conv._add_rule("root", _after(after, f"({blocks})"))
+        return _grammar(conv, schemas, (_trigger(after),))
+    conv._add_rule("root", blocks)
+    return _grammar(conv, schemas, (_trigger(start),) if lazy else ())
 
 
 def tool_parameters(tools: list[dict[str, Any]]) -> list[Any]:
@@ -186,34 +205,48 @@ def bare_call_grammar(tools: list[dict[str, Any]]) -> Grammar:
 
 
 def tool_call_grammar(tools: list[dict[str, Any]], start: str, end: str, *,
-                      parallel: bool, lazy: bool) -> Grammar:
+                      parallel: bool, lazy: bool, after: str | None = None) -> Grammar:
     """Blocks of ``start\\n{"name": <one of tools>, "arguments": <its parameters>}\\nend``;
-    ``parallel`` allows several, separated by newlines."""
+    ``parallel`` allows several, separated by newlines; ``after``: see ``_blocks``."""
     conv = _converter()
     schemas, calls = _call_objects(tools)
     call = _visit(conv, calls, "call")
     conv._add_rule("call-block", f'{_gbnf_literal(start + chr(10))} {call} '
                                  f'{_gbnf_literal(chr(10) + end)}')
-    conv._add_rule("root", '"\\n"? call-block ("\\n" call-block)*' if parallel
-                   else '"\\n"? call-block')
-    return _grammar(conv, schemas, (_trigger(start),) if lazy else ())
+    return _blocks(conv, schemas, parallel=parallel, lazy=lazy, start=start, after=after)
 
 
 def xml_tool_call_grammar(tools: list[dict[str, Any]], start: str, end: str, *,
-                          parallel: bool, lazy: bool) -> Grammar:
+                          parallel: bool, lazy: bool, after: str | None = None) -> Grammar:
     try:
-        return _xml_grammar(tools, start, end, parallel=parallel, lazy=lazy)
+        return _xml_grammar(tools, start, end, parallel=parallel, lazy=lazy, after=after)
     except GrammarError as exc:
         raise _tools_error(exc) from None
 
 
+def _xml_string(conv: Any, target: dict[str, Any], name: str) -> str:
+    """A parameter's text value in XML call markup (no quotes): one of its ``enum`` /
+    ``const`` strings, else text of ``minLength``..``maxLength`` characters (counts past
+    ``engine.json_schema.REPEAT_LIMIT`` were already dropped), else any text."""
+    values = target.get("enum", [target["const"]] if "const" in target else None)
+    if values and all(isinstance(v, str) for v in values):
+        return str(conv._add_rule(name, " | ".join(_gbnf_literal(v) for v in values)))
+    lo, hi = target.get("minLength", 0), target.get("maxLength")
+    if lo or hi is not None:
+        count = f"{{{lo},{hi}}}" if hi is not None else f"{{{lo},}}"
+        return str(conv._add_rule(name, f"xml-char{count}"))
+    return "xml-text"
+
+
 def _xml_grammar(tools: list[dict[str, Any]], start: str, end: str, *,
-                 parallel: bool, lazy: bool) -> Grammar:
+                 parallel: bool, lazy: bool, after: str | None) -> Grammar:
     """Blocks of ``start\n<function=NAME>\n(<parameter=KEY>\nVALUE\n</parameter>\n)*
     </function>\nend``: required parameters in order, optional ones may be left out;
-    string values are free text that cannot hold a newline followed by ``<``."""
+    string values are text that cannot hold a newline followed by ``<``, bounded by their
+    schema (``_xml_string``); other values are JSON of their schema."""
     conv, schemas = _converter(), SchemaSet()
-    conv._add_rule("xml-text", '([^\\n] | "\\n" [^<])*')
+    conv._add_rule("xml-char", '[^\\n] | "\\n" [^<]')
+    conv._add_rule("xml-text", "xml-char*")
     alternatives = []
     for i, (tool, params) in enumerate(zip(tools, tool_parameters(tools), strict=True)):
         fn = tool["function"]
@@ -226,7 +259,8 @@ def _xml_grammar(tools: list[dict[str, Any]], start: str, end: str, *,
             if "$ref" in spec:
                 target = schemas.defs.get(spec["$ref"].rsplit("/", 1)[-1], {})
             kind = target.get("type")
-            value = "xml-text" if kind in (None, "string") or isinstance(kind, list) else \
+            value = _xml_string(conv, target, f"fn{i}-p{j}-value") \
+                if kind in (None, "string") or isinstance(kind, list) else \
                 _visit(conv, schemas.root(spec), f"fn{i}-p{j}-value")
             rule = conv._add_rule(f"fn{i}-p{j}", f'{_gbnf_literal(f"<parameter={key}>" + chr(10))} '
                                   f'{value} {_gbnf_literal(chr(10) + "</parameter>" + chr(10))}')
@@ -237,6 +271,4 @@ def _xml_grammar(tools: list[dict[str, Any]], start: str, end: str, *,
     conv._add_rule("call", " | ".join(alternatives))
     conv._add_rule("call-block", f'{_gbnf_literal(start + chr(10))} call '
                                  f'{_gbnf_literal(chr(10) + end)}')
-    conv._add_rule("root", '"\\n"? call-block ("\\n" call-block)*' if parallel
-                   else '"\\n"? call-block')
-    return _grammar(conv, schemas, (_trigger(start),) if lazy else ())
+    return _blocks(conv, schemas, parallel=parallel, lazy=lazy, start=start, after=after)

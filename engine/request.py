@@ -9,6 +9,7 @@ from typing import Any
 
 from engine.detokenizer import IncrementalDetokenizer
 from engine.media.spans import IDENTITY, MediaSpan, PositionMap, reusable, segment_end, span_at
+from engine.sampling.reasoning import ReasoningBudget, ReasoningGuard
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,8 @@ class SamplingParams:
     cache_prompt: bool = True  # reuse a cached prefix (llama-server's per-request switch)
     grammar: str | None = None  # GBNF constraining the output
     grammar_triggers: tuple[str, ...] = ()  # lazy grammar: constrain from a pattern's match
+    # the prompt opened a reasoning block with a budget: closed by the engine when spent
+    reasoning: ReasoningBudget | None = None
 
     @property
     def greedy(self) -> bool:
@@ -124,10 +127,13 @@ class Request:
     # prompt index -> KV position (M-RoPE media take fewer positions than tokens)
     positions: PositionMap = IDENTITY
     priority: int = 0  # admission order: lower first (interactive 0, batch BACKGROUND)
+    reasoning: ReasoningGuard | None = None  # an open reasoning block with a budget
 
     def __post_init__(self) -> None:
         if self.media:
             self.positions = PositionMap.of(self.media)
+        if self.params.reasoning is not None:
+            self.reasoning = ReasoningGuard(self.params.reasoning)
 
     @property
     def num_tokens(self) -> int:

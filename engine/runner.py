@@ -174,6 +174,9 @@ class Runner:
     def sample(self, sampler: Any, batch_index: int) -> int:
         return self.samplers.sample(sampler, batch_index)
 
+    def accept(self, sampler: Any, token: int) -> None:
+        self.samplers.accept(sampler, token)
+
     def free_sampler(self, sampler: Any) -> None:
         self.samplers.free(sampler)
 

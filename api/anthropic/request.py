@@ -295,6 +295,12 @@ def parse_messages_request(body: Body, *, count_only: bool = False) -> MessagesR
     if isinstance(thinking, dict) and thinking.get("type") in ("enabled", "disabled",
                                                                 "adaptive"):
         extra["enable_thinking"] = thinking["type"] != "disabled"
+        budget = thinking.get("budget_tokens")
+        if budget is not None and thinking["type"] != "disabled":
+            if isinstance(budget, bool) or not isinstance(budget, int) or budget < 0:
+                raise invalid("thinking.budget_tokens",
+                              "'thinking.budget_tokens' must be a non-negative integer")
+            chat["thinking_budget_tokens"] = budget
     effort = output.get("effort") if isinstance(output, dict) else None
     if effort is not None:
         if effort not in EFFORTS:

@@ -20,11 +20,16 @@ from engine.grammar import GrammarError
 from engine.handle import MediaInput, ModelHandle
 from engine.media.spans import MediaSpan
 from engine.request import SamplingParams
+from engine.sampling.reasoning import ReasoningBudget
 from parsers.chat_template import ChatTemplate, TemplateError
 from parsers.response_schema import StreamLayout
 
 _Media = tuple[MediaRefs, list[MediaInput]]
 log = logging.getLogger("llamaserve.chat")
+# a call or JSON answer that must follow the thinking, with no budget set anywhere: the
+# thinking may take half of max_tokens (or this many tokens without max_tokens), so the
+# answer has room and comes back valid
+CONSTRAINED_BUDGET = 4096
 
 
 @dataclass(frozen=True)
@@ -35,9 +40,28 @@ class Prepared:
     media: tuple[MediaSpan, ...] = ()
 
 
+def thinking_budget(rules: OutputRules, extra: dict[str, Any], params: SamplingParams,
+                    configured: dict[str, int]) -> int | None:
+    """Tokens the reasoning may take before the server closes it (None: no limit): the
+    request's own budget, else the config's for its ``reasoning_effort``, else the
+    config's default, else, when a call or a JSON value must follow, half of
+    ``max_tokens``."""
+    if rules.reasoning_budget is not None:
+        return rules.reasoning_budget
+    effort = extra.get("reasoning_effort")
+    if isinstance(effort, str) and effort in configured:
+        return configured[effort]
+    if "default" in configured:
+        return configured["default"]
+    if rules.constrained:
+        return (params.max_tokens or 2 * CONSTRAINED_BUDGET) // 2
+    return None
+
+
 def _prepare(model: ModelHandle, template: ChatTemplate, layout: StreamLayout,
              messages: list[dict[str, Any]], rules: OutputRules, extra: dict[str, Any],
-             params: SamplingParams, media: _Media | None = None) -> Prepared:
+             params: SamplingParams, media: _Media | None = None,
+             budget: int | None = None) -> Prepared:
     """Render, tokenize and build the grammar: the blocking part, on the prepare pool."""
     text, tokens = render(model, template, messages, rules.tools or None, extra)
     spans: tuple[MediaSpan, ...] = ()
@@ -50,6 +74,11 @@ def _prepare(model: ModelHandle, template: ChatTemplate, layout: StreamLayout,
     opener = layout.reasoning_start
     in_reasoning = bool(opener and layout.reasoning_end and text.rstrip().endswith(opener))
     params = with_grammar(model, rules, layout, in_reasoning, params)
+    if in_reasoning and budget is not None and layout.reasoning_end:
+        end = model.tokenize(f"\n{layout.reasoning_end}\n\n", add_special=False,
+                             parse_special=True)
+        params = dataclasses.replace(params, reasoning=ReasoningBudget(
+            budget, layout.reasoning_end, tuple(end)))
     return Prepared(tokens, params, in_reasoning, spans)
 
 
@@ -78,9 +107,10 @@ async def prepare(state: ModelState, messages: list[dict[str, Any]], rules: Outp
     if media is not None and media.refs:
         assert state.model.media is not None and state.media_policy is not None
         loaded = (media, await load_media(media, state.media_policy))
+    budget = thinking_budget(rules, extra, params, dict(state.model_config.reasoning_budget))
     try:
         return await state.client.run(_prepare, state.model, state.template, state.layout,
-                                      messages, rules, extra, params, loaded)
+                                      messages, rules, extra, params, loaded, budget)
     except TemplateError as exc:
         raise APIError(str(exc), param=messages_param, code="template_error") from None
     except (GrammarError, ValueError) as exc:

@@ -30,6 +30,12 @@ class OutputRules:
     parallel: bool = True
     json_schema: dict[str, Any] | None = None  # response_format json_object / json_schema
     json_mode: bool = False
+    reasoning_budget: int | None = None  # thinking tokens allowed (None: the config's)
+
+    @property
+    def constrained(self) -> bool:
+        """The answer after any reasoning must be a call or a JSON value."""
+        return self.json_mode or (bool(self.tools) and self.choice in ("required", "function"))
 
 
 def _check_tools(raw: Any) -> list[dict[str, Any]]:
@@ -81,7 +87,21 @@ def parse_rules(body: Body) -> OutputRules:
                       "'json_object' or 'json_schema'")
     if choice == "none":
         tools = []
-    return OutputRules(tools, choice, function, parallel, schema, json_mode)
+    return OutputRules(tools, choice, function, parallel, schema, json_mode,
+                       reasoning_budget(body))
+
+
+BUDGET_FIELDS = ("thinking_budget_tokens", "reasoning_budget_tokens")  # llama-server's names
+
+
+def reasoning_budget(body: Body) -> int | None:
+    """The request's thinking budget in tokens (either of llama-server's names)."""
+    budget = None
+    for name in BUDGET_FIELDS:
+        value = body.integer(name, None, 0)
+        if value is not None:
+            budget = value
+    return budget
 
 
 GRAMMAR_CACHE_SIZE = 64  # built grammars kept (an agent sends the same tools every turn)
@@ -117,8 +137,10 @@ def _build(rules: OutputRules, layout: StreamLayout, in_reasoning: bool) -> Gram
         tools = [t for t in rules.tools if rules.function in (None, t["function"]["name"])]
         if layout.call_start and layout.call_end:
             build = tool_call_grammar if _json_calls(layout) else xml_tool_call_grammar
+            # a forced call follows the reasoning when the prompt opened a reasoning block
+            after = layout.reasoning_end if forced and in_reasoning else None
             return build(tools, layout.call_start, layout.call_end, parallel=rules.parallel,
-                         lazy=not forced)
+                         lazy=not forced, after=after)
         if forced and not layout.call_start:
             # no call markup in this family: a bare {"name", "arguments"} object, which the
             # response parser reads as a call when tools were offered

@@ -80,9 +80,10 @@ class Drafting:
 
     def propose(self, running: list[Request]) -> None:
         """Set ``r.draft`` for every generating sequence that should draft this step."""
-        # prompts with media do not draft: a draft model cannot read them
+        # prompts with media do not draft: a draft model cannot read them; nor does an open
+        # reasoning block with a budget (the engine may feed its end marker next)
         decoding = [r for r in running if r.prefill_done and r.output and not r.cancelled
-                    and not r.media]
+                    and not r.media and (r.reasoning is None or r.reasoning.closed)]
         for r in running:
             r.draft = []
         if not decoding:

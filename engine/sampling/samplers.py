@@ -173,6 +173,14 @@ class Samplers:
         elif sampler:
             L.llama_sampler_free(sampler)
 
+    def accept(self, sampler: Any, token: int) -> None:
+        """A token chosen without sampling (a forced one): the grammar and penalties see it
+        as if it had been sampled."""
+        if isinstance(sampler, GrammarChain):
+            self._accept(sampler, token)
+        else:
+            L.llama_sampler_accept(sampler, token)
+
     def sample(self, sampler: Any, batch_index: int) -> int:
         if isinstance(sampler, GrammarChain):
             return self._sample_grammar(sampler, batch_index)

@@ -1,0 +1,234 @@
+"""Thinking, tools and structured output together (issue 34's first part): a thinking
+budget the server enforces by writing the family's end-of-reasoning marker, and the
+constraint (a forced call, a JSON value) applied only after the reasoning has ended.
+
+On the tiny random-weight model (Qwen2.5's real tokenizer) with a template that opens
+``<think>`` in every answer and the Qwen3.5 response schema (XML tool calls): nothing but
+the budget and the grammar guide it, so every seeded sample must come out valid — calls in
+``tool_calls`` (Anthropic ``tool_use``) with arguments valid against their schema, JSON in
+``content``, thinking in ``reasoning_content`` (Anthropic ``thinking`` blocks), and no
+reasoning marker in the answer.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import httpx
+import jsonschema
+import pytest
+from openai import OpenAI
+
+from conftest import THINKING_TEMPLATE, ServerProcess, load_config, start_server, tiny_qwen_config
+from engine.grammar import json_grammar, xml_tool_call_grammar
+from engine.sampling.reasoning import ReasoningBudget, ReasoningGuard
+
+WEATHER = {"type": "object", "properties": {
+    "city": {"type": "string", "enum": ["Paris", "Rome", "Oslo"]},
+    "days": {"type": "integer"},
+    "note": {"type": "string", "maxLength": 6}}, "required": ["city", "days"]}
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": WEATHER}},
+         {"type": "function", "function": {"name": "get_time", "parameters": {
+             "type": "object", "properties": {"zone": {"const": "UTC"}},
+             "required": ["zone"]}}}]
+ANSWER = {"type": "object", "properties": {
+    "answer": {"type": "string", "maxLength": 12},
+    "level": {"enum": ["low", "high"]}}, "required": ["answer", "level"],
+    "additionalProperties": False}
+SEEDS = range(8)
+BUDGET = 12
+MAX_TOKENS = 200
+
+
+# -- pure: the guard and the grammars ------------------------------------------------
+
+
+def test_the_guard_feeds_the_whole_end_once_the_budget_is_spent() -> None:
+    guard = ReasoningGuard(ReasoningBudget(2, "</think>", (7, 8, 9)))
+    assert guard.forced() is None
+    guard.saw("a")
+    assert guard.forced() is None
+    guard.saw("b")
+    fed = [guard.forced(), guard.forced()]
+    for piece in ("\n</", "think>"):
+        guard.saw(piece)
+    assert fed == [7, 8] and guard.closed
+    assert guard.forced() == 9 and guard.forced() is None  # the rest of the end, then free
+
+
+def test_the_models_own_end_closes_it_with_nothing_fed() -> None:
+    guard = ReasoningGuard(ReasoningBudget(3, "</think>", (7,)))
+    for piece in ("x", "</th", "ink>"):
+        guard.saw(piece)
+    assert guard.closed and guard.forced() is None
+
+
+def test_forced_calls_and_json_wait_for_the_end_of_reasoning() -> None:
+    call = xml_tool_call_grammar(TOOLS, "<tool_call>", "</tool_call>", parallel=False,
+                                 lazy=False, after="</think>")
+    root = next(line for line in call.text.splitlines() if line.startswith("root ::="))
+    assert root.startswith('root ::= "</think>" [ \\t\\n]{0,3}')
+    assert call.lazy_patterns == ("(</think>)",)
+    rules = dict(line.split(" ::= ", 1) for line in call.text.splitlines())
+    assert rules["fn0-p0-value"] == '"Paris" | "Rome" | "Oslo"'  # enum honoured in XML
+    assert rules["fn0-p2-value"] == "xml-char{0,6}"  # maxLength too
+    assert rules["fn1-p0-value"] == '"UTC"'  # and const
+    free = xml_tool_call_grammar(TOOLS, "<tool_call>", "</tool_call>", parallel=True,
+                                 lazy=True)
+    assert free.lazy_patterns == ("(<tool_call>)",)  # auto: lazy on the call marker
+    assert json_grammar(ANSWER, after="</think>").lazy_patterns == ("(</think>)",)
+
+
+# -- through the server --------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    schema = load_config("qwen3.5-0.8b.json")["model"]["response_schema"]
+    srv = start_server(tiny_qwen_config(chat_template=THINKING_TEMPLATE, response_schema=schema,
+                                       n_ctx=4096, n_seq_max=4),
+                       tmp_path_factory.mktemp("thinking"))
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="module")
+def client(server: ServerProcess) -> OpenAI:
+    return OpenAI(base_url=server.base_url, api_key="x", max_retries=0)
+
+
+def valid_call(name: str, arguments: Any) -> None:
+    args = json.loads(arguments) if isinstance(arguments, str) else arguments
+    schema = next(t["function"]["parameters"] for t in TOOLS if t["function"]["name"] == name)
+    jsonschema.validate(args, schema)
+
+
+def no_markers(text: str | None) -> None:
+    assert "<think>" not in (text or "") and "</think>" not in (text or "")
+
+
+def chat(client: OpenAI, seed: int, stream: bool, **kw: Any) -> tuple[Any, str, list[Any]]:
+    """(finish reason, content, tool calls as (name, arguments)) of one sampled answer."""
+    args = dict(model="tiny-qwen", messages=[{"role": "user", "content": "Weather?"}],
+                max_tokens=MAX_TOKENS, seed=seed, temperature=1.0, **kw)
+    if not stream:
+        choice = client.chat.completions.create(**args).choices[0]
+        reasoning = (choice.message.model_extra or {}).get("reasoning_content")
+        assert reasoning, "the template opened a reasoning block: it is reported as such"
+        calls = [(c.function.name, c.function.arguments) for c in choice.message.tool_calls or []]
+        return choice.finish_reason, choice.message.content or "", calls
+    content, finish, calls_by_index = "", None, {}
+    for chunk in client.chat.completions.create(stream=True, **args):
+        if not chunk.choices:
+            continue
+        delta = chunk.choices[0].delta
+        content += delta.content or ""
+        for c in delta.tool_calls or []:
+            entry = calls_by_index.setdefault(c.index, ["", ""])
+            entry[0] += (c.function.name or "") if c.function else ""
+            entry[1] += (c.function.arguments or "") if c.function else ""
+        finish = chunk.choices[0].finish_reason or finish
+    return finish, content, [tuple(v) for v in calls_by_index.values()]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+@pytest.mark.parametrize("choice", ["required", "named"])
+def test_forced_calls_after_a_budgeted_thinking_are_valid(client: OpenAI, stream: bool,
+                                                          choice: str) -> None:
+    tool_choice: Any = "required" if choice == "required" else \
+        {"type": "function", "function": {"name": "get_time"}}
+    for seed in SEEDS:
+        finish, content, calls = chat(client, seed, stream, tools=TOOLS, tool_choice=tool_choice,
+                                      parallel_tool_calls=False,
+                                      extra_body={"thinking_budget_tokens": BUDGET})
+        assert finish == "tool_calls" and len(calls) == 1, (seed, finish, content, calls)
+        name, arguments = calls[0]
+        assert choice == "required" or name == "get_time"
+        valid_call(name, arguments)
+        no_markers(content)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+def test_json_schema_after_a_budgeted_thinking_is_valid(client: OpenAI, stream: bool) -> None:
+    fmt = {"type": "json_schema", "json_schema": {"name": "answer", "schema": ANSWER}}
+    for seed in SEEDS:
+        finish, content, calls = chat(client, seed, stream, response_format=fmt,
+                                      extra_body={"reasoning_budget_tokens": BUDGET})
+        assert finish == "stop" and not calls, (seed, finish, content)
+        no_markers(content)
+        jsonschema.validate(json.loads(content), ANSWER)
+
+
+def test_a_budget_of_zero_closes_the_reasoning_at_once(client: OpenAI) -> None:
+    r = client.chat.completions.create(
+        model="tiny-qwen", messages=[{"role": "user", "content": "Hi"}], max_tokens=12,
+        seed=1, extra_body={"thinking_budget_tokens": 0})
+    msg = r.choices[0].message
+    assert not (msg.model_extra or {}).get("reasoning_content")  # nothing was thought
+    assert r.usage is not None and r.usage.completion_tokens == 12  # the answer had its room
+    no_markers(msg.content)
+
+
+def test_without_a_budget_a_constrained_answer_gets_half_of_max_tokens(client: OpenAI) -> None:
+    fmt = {"type": "json_schema", "json_schema": {"name": "answer", "schema": ANSWER}}
+    for seed in range(4):
+        finish, content, _ = chat(client, seed, False, response_format=fmt)
+        assert finish == "stop", (seed, content)
+        jsonschema.validate(json.loads(content), ANSWER)
+
+
+def test_anthropic_budget_tokens_and_tool_choice_any(server: ServerProcess) -> None:
+    client = anthropic.Anthropic(base_url=server.url, api_key="x", max_retries=0)
+    tools = [{"name": t["function"]["name"], "input_schema": t["function"]["parameters"]}
+             for t in TOOLS]
+    for seed in range(6):
+        msg = client.messages.create(
+            model="tiny-qwen", max_tokens=MAX_TOKENS, tools=tools,  # type: ignore[arg-type]
+            tool_choice={"type": "any", "disable_parallel_tool_use": True},
+            thinking={"type": "enabled", "budget_tokens": BUDGET},
+            messages=[{"role": "user", "content": "Weather?"}], extra_body={"seed": seed})
+        kinds = [b.type for b in msg.content]
+        assert kinds[0] == "thinking" and "tool_use" in kinds, kinds
+        use = next(b for b in msg.content if b.type == "tool_use")
+        valid_call(use.name, use.input)
+        assert msg.stop_reason == "tool_use"
+        for block in msg.content:
+            if block.type == "text":
+                no_markers(block.text)
+
+
+@pytest.mark.parametrize(("route", "body", "param"), [
+    ("/v1/chat/completions", {"thinking_budget_tokens": -1}, "thinking_budget_tokens"),
+    ("/v1/chat/completions", {"reasoning_budget_tokens": "lots"}, "reasoning_budget_tokens"),
+    ("/v1/messages", {"thinking": {"type": "enabled", "budget_tokens": -5}},
+     "thinking.budget_tokens"),
+])
+def test_bad_budgets_are_400s_naming_the_field(server: ServerProcess, route: str,
+                                               body: dict[str, Any], param: str) -> None:
+    base = {"model": "tiny-qwen", "max_tokens": 4,
+            "messages": [{"role": "user", "content": "Hi"}]}
+    r = httpx.post(server.url + route, json={**base, **body}, timeout=30)
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert param in (error.get("param") or error.get("message", "")), error
+
+
+def test_the_config_sets_budgets_per_effort(tmp_path: Path) -> None:
+    from engine.config import parse
+    cfg = parse({"model": {"path": "/m.gguf", "reasoning_budget": {"low": 64, "default": 512}}})
+    from api.chat.prepare import thinking_budget
+    from api.chat.tools import OutputRules
+    from engine.request import SamplingParams
+    budgets = dict(cfg.model.reasoning_budget)
+    rules = OutputRules([])
+    assert thinking_budget(rules, {"reasoning_effort": "low"}, SamplingParams(), budgets) == 64
+    assert thinking_budget(rules, {}, SamplingParams(), budgets) == 512
+    assert thinking_budget(OutputRules([], reasoning_budget=5), {}, SamplingParams(),
+                           budgets) == 5
+    assert thinking_budget(rules, {}, SamplingParams(), {}) is None  # free thinking
+    constrained = OutputRules([], json_mode=True)
+    assert thinking_budget(constrained, {}, SamplingParams(max_tokens=300), {}) == 150
