@@ -163,6 +163,30 @@ def test_embeddings_batch_equals_interactive_vectors(tmp_path: Path) -> None:
         server.stop()
 
 
+def test_completions_and_responses_batches(client: OpenAI, tiny: ServerProcess) -> None:
+    bodies: dict[str, list[dict[str, Any]]] = {
+        "/v1/completions": [{"model": "tiny-qwen", "prompt": f"Item {i}:", "max_tokens": 6,
+                             "temperature": 0} for i in range(12)],
+        "/v1/responses": [{"model": "tiny-qwen", "input": f"Item {i}?", "temperature": 0,
+                           "max_output_tokens": 6, "store": False} for i in range(12)]}
+    for endpoint, items in bodies.items():
+        batch = run(client, jsonl(endpoint, items), endpoint)
+        assert batch.status == "completed" and batch.request_counts is not None
+        assert batch.request_counts.completed == len(items), batch
+        out = lines(client, batch.output_file_id)
+        for i in (0, len(items) - 1):
+            got = out[f"req-{i}"]["response"]["body"]
+            answer = httpx.post(f"{tiny.url}{endpoint}", json=items[i], timeout=60).json()
+            if endpoint == "/v1/completions":
+                assert got["choices"] == answer["choices"]
+            else:
+                assert got["object"] == "response" and got["status"] == "incomplete"
+                assert [c["content"] for c in got["output"]] == \
+                    [c["content"] for c in answer["output"]]
+            assert got["usage"]["completion_tokens" if endpoint == "/v1/completions"
+                                else "output_tokens"] == 6
+
+
 def test_bad_input_is_refused_clearly(client: OpenAI, tiny: ServerProcess) -> None:
     url = tiny.base_url
     # a malformed line and a line for another endpoint: the batch fails, naming the lines

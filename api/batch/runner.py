@@ -47,6 +47,7 @@ HANDLERS: dict[str, Callable[[Request], Awaitable[Response]]] = {
 }
 FINAL = {"cancelling": "cancelled", "finalizing": "completed"}
 SWEEP_SECONDS = 600.0
+EMBED_INFLIGHT = 4  # embedding lines in flight (they hold no sequence)
 
 
 class BatchMetrics:
@@ -160,7 +161,7 @@ class BatchService:
                 total = (await self.io(self.store.counts, bid))
                 self.metrics.queued.set(total[0] - total[1] - total[2])
                 for line in pending:
-                    while len(running) >= self._slots():
+                    while len(running) >= self._slots(batch["endpoint"]):
                         await asyncio.wait(running, timeout=0.05,
                                            return_when=asyncio.FIRST_COMPLETED)
                         running = {t for t in running if not t.done()}
@@ -201,9 +202,13 @@ class BatchService:
             return "expired"
         return None
 
-    def _slots(self) -> int:
+    def _slots(self, endpoint: str) -> int:
         """Lines in flight: the sequences interactive requests leave free, less one kept
-        for the next interactive request (a batch line is not preempted), at least one."""
+        for the next interactive request (a batch line is not preempted), at least one.
+        Embedding lines take no sequence: a few at a time, packed with other requests'
+        inputs into the embedding batches."""
+        if endpoint == "/v1/embeddings":
+            return self.cfg.batch_max_inflight or EMBED_INFLIGHT
         try:
             state = self.server.default
         except APIError:
