@@ -148,3 +148,31 @@ def test_model_picker_and_image_upload(browser: Any, tmp_path: Path) -> None:
         page.close()
     finally:
         server.stop()
+
+
+def test_status_panel_shows_batch_progress(browser: Any, tmp_path: Path) -> None:
+    """With the Batch API on, the panel's "Batch lines" reads running · queued · done
+    (failed) from /metrics; a finished 6-line batch with one bad line shows 5 (1) done."""
+    from conftest import tiny_qwen_config
+    cfg = tiny_qwen_config()
+    cfg["server"] = {**cfg.get("server", {}), "batch_dir": str(tmp_path / "batches")}
+    server = start_server(cfg, tmp_path)
+    try:
+        lines = [{"custom_id": f"c{i}", "method": "POST", "url": "/v1/completions",
+                  "body": {"prompt": f"x{i}", "max_tokens": 2 if i else -1}} for i in range(6)]
+        f = httpx.post(f"{server.base_url}/files", data={"purpose": "batch"}, files={
+            "file": ("in.jsonl", "\n".join(json.dumps(x) for x in lines))}).json()
+        b = httpx.post(f"{server.base_url}/batches", json={
+            "input_file_id": f["id"], "endpoint": "/v1/completions",
+            "completion_window": "24h"}).json()
+        deadline = time.monotonic() + 60
+        while httpx.get(f"{server.base_url}/batches/{b['id']}").json()["status"] != "completed":
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        page = browser.new_page()
+        page.goto(server.url + "/")
+        page.wait_for_function("document.getElementById('s-batch').textContent !== '–'",
+                               timeout=10_000)
+        assert page.inner_text("#s-batch") == "0 · 0 · 5 (1)"
+    finally:
+        server.stop()
