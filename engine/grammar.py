@@ -226,15 +226,15 @@ def xml_tool_call_grammar(tools: list[dict[str, Any]], start: str, end: str, *,
 
 def _xml_string(conv: Any, target: dict[str, Any], name: str) -> str:
     """A parameter's text value in XML call markup (no quotes): one of its ``enum`` /
-    ``const`` strings, else text of ``minLength``..``maxLength`` characters (counts past
+    ``const`` strings, else one line of ``minLength``..``maxLength`` characters (counts past
     ``engine.json_schema.REPEAT_LIMIT`` were already dropped), else any text."""
     values = target.get("enum", [target["const"]] if "const" in target else None)
     if values and all(isinstance(v, str) for v in values):
         return str(conv._add_rule(name, " | ".join(_gbnf_literal(v) for v in values)))
     lo, hi = target.get("minLength", 0), target.get("maxLength")
-    if lo or hi is not None:
+    if lo or hi is not None:  # one line, so each character counts once
         count = f"{{{lo},{hi}}}" if hi is not None else f"{{{lo},}}"
-        return str(conv._add_rule(name, f"xml-char{count}"))
+        return str(conv._add_rule(name, f"[^\\n]{count}"))
     return "xml-text"
 
 

@@ -75,7 +75,7 @@ def test_forced_calls_and_json_wait_for_the_end_of_reasoning() -> None:
     assert call.lazy_patterns == ("(</think>)",)
     rules = dict(line.split(" ::= ", 1) for line in call.text.splitlines())
     assert rules["fn0-p0-value"] == '"Paris" | "Rome" | "Oslo"'  # enum honoured in XML
-    assert rules["fn0-p2-value"] == "xml-char{0,6}"  # maxLength too
+    assert rules["fn0-p2-value"] == "[^\\n]{0,6}"  # maxLength too (one line: chars count once)
     assert rules["fn1-p0-value"] == '"UTC"'  # and const
     free = xml_tool_call_grammar(TOOLS, "<tool_call>", "</tool_call>", parallel=True,
                                  lazy=True)
@@ -232,3 +232,18 @@ def test_the_config_sets_budgets_per_effort(tmp_path: Path) -> None:
     assert thinking_budget(rules, {}, SamplingParams(), {}) is None  # free thinking
     constrained = OutputRules([], json_mode=True)
     assert thinking_budget(constrained, {}, SamplingParams(max_tokens=300), {}) == 150
+
+
+def test_responses_api_forced_call_after_budgeted_thinking(client: OpenAI) -> None:
+    tools = [{"type": "function", "name": t["function"]["name"],
+              "parameters": t["function"]["parameters"]} for t in TOOLS]
+    for seed in range(4):
+        r = client.responses.create(model="tiny-qwen", input="Weather?", tools=tools,  # type: ignore[arg-type]
+                                    tool_choice="required", max_output_tokens=MAX_TOKENS,
+                                    parallel_tool_calls=False, temperature=1.0,
+                                    extra_body={"thinking_budget_tokens": BUDGET,
+                                                "seed": seed})
+        kinds = [item.type for item in r.output]
+        assert "reasoning" in kinds and kinds[-1] == "function_call", kinds
+        call = r.output[-1]
+        valid_call(call.name, call.arguments)  # type: ignore[union-attr]
