@@ -77,6 +77,7 @@ class ServerConfig:
     batch_max_lines: int = 50_000  # requests in one batch input file
     batch_retention: float = 30 * 86400.0  # seconds files / finished batches stay; 0 = forever
     batch_max_inflight: int = 0  # batch lines running at once; 0 = the model's sequences - 1
+    batch_max_queued_lines: int = 0  # lines of one API key's active batches; 0 = no limit
 
 
 @dataclass(frozen=True)

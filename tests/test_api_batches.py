@@ -335,3 +335,39 @@ def test_kill_9_mid_batch_resumes_and_answers_each_line_once(tmp_path: Path) -> 
             same_chat(out[f"req-{i}"]["response"]["body"], answer)
     finally:
         server.stop()
+
+
+def test_each_api_key_sees_its_own_and_queues_within_its_limit(tmp_path: Path) -> None:
+    server = batch_server(tiny_qwen_config(), tmp_path, api_keys=["key-a", "key-b"],
+                          batch_max_queued_lines=5)
+    try:
+        a = OpenAI(base_url=server.base_url, api_key="key-a", max_retries=0)
+        b = OpenAI(base_url=server.base_url, api_key="key-b", max_retries=0)
+        content = jsonl("/v1/chat/completions", [chat_body(i, 400) for i in range(3)])
+        f = a.files.create(file=("input.jsonl", content), purpose="batch")
+        with pytest.raises(openai.NotFoundError):
+            b.files.retrieve(f.id)
+        with pytest.raises(openai.NotFoundError):
+            b.batches.create(input_file_id=f.id, endpoint="/v1/chat/completions",
+                             completion_window="24h")
+        assert [x.id for x in a.files.list()] == [f.id] and not list(b.files.list())
+        first = a.batches.create(input_file_id=f.id, endpoint="/v1/chat/completions",
+                                 completion_window="24h")
+        with pytest.raises(openai.RateLimitError) as e:  # 3 queued + 3 > 5
+            a.batches.create(input_file_id=f.id, endpoint="/v1/chat/completions",
+                             completion_window="24h")
+        assert e.value.code == "batch_queue_full"
+        fb = b.files.create(file=("input.jsonl", content), purpose="batch")
+        other = b.batches.create(input_file_id=fb.id, endpoint="/v1/chat/completions",
+                                 completion_window="24h")  # key-b's own limit
+        with pytest.raises(openai.NotFoundError):
+            b.batches.cancel(first.id)
+        assert [x.id for x in b.batches.list()] == [other.id]
+        for client, batch in ((a, first), (b, other)):
+            client.batches.cancel(batch.id)
+            done = wait(client, batch.id)
+            if done.output_file_id:  # the output belongs to the batch's key
+                with pytest.raises(openai.NotFoundError):
+                    (b if client is a else a).files.content(done.output_file_id)
+    finally:
+        server.stop()

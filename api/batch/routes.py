@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import time
 from typing import Any
 
@@ -14,6 +15,7 @@ from api.batch.runner import BatchService, new_id
 from api.batch.store import FileRow
 from api.batch.validate import ENDPOINTS
 from api.web.errors import APIError, invalid
+from api.web.gate import api_key
 from api.web.params import Body, read_json
 from api.web.state import ServerState
 
@@ -28,6 +30,15 @@ def _service(request: Request) -> BatchService:
                        status=404, code="batches_disabled")
     service: BatchService = server.batches
     return service
+
+
+def owner(request: Request) -> str:
+    """Whose files and batches a request sees: a hash of its API key when the server has
+    keys (each key sees only its own), else "" (one owner)."""
+    server: ServerState = request.app.state.llama
+    if not server.config.server.api_keys:
+        return ""
+    return hashlib.sha256((api_key(request.scope) or "").encode()).hexdigest()[:32]
 
 
 def _not_found(kind: str, ident: str) -> APIError:
@@ -103,7 +114,7 @@ async def upload_file(request: Request) -> Response:
         service.store.temp_path(fid).unlink(missing_ok=True)
         raise invalid("file", f"The file has {lines} lines; a batch takes at most "
                       f"{cfg.batch_max_lines} (server.batch_max_lines)", "too_many_lines")
-    row = FileRow(fid, "batch", filename, size, lines, int(time.time()))
+    row = FileRow(fid, "batch", filename, size, lines, int(time.time()), owner(request))
     await service.io(service.store.add_file, row)
     return JSONResponse(row.json())
 
@@ -140,14 +151,15 @@ async def list_files(request: Request) -> Response:
     if order not in ("asc", "desc"):
         raise invalid("order", "'order' must be 'asc' or 'desc'")
     rows = await service.io(service.store.files, request.query_params.get("purpose"),
-                            request.query_params.get("after"), limit + 1, order == "asc")
+                            request.query_params.get("after"), limit + 1, order == "asc",
+                            owner(request))
     return JSONResponse(_page([r.json() for r in rows], limit))
 
 
 async def _file(request: Request) -> tuple[BatchService, FileRow]:
     service = _service(request)
     fid = request.path_params["file_id"]
-    row = await service.io(service.store.file, fid)
+    row = await service.io(service.store.file, fid, owner(request))
     if row is None:
         raise _not_found("File", fid)
     return service, row
@@ -194,12 +206,20 @@ async def create_batch(request: Request) -> Response:
             for k, v in metadata.items())):
         raise invalid("metadata", "'metadata' holds at most 16 string pairs (keys up to 64 "
                       "characters, values up to 512)")
-    row = await service.io(service.store.file, file_id)
+    who = owner(request)
+    row = await service.io(service.store.file, file_id, who)
     if row is None:
         raise _not_found("File", file_id)
     if row.purpose != "batch":
         raise invalid("input_file_id", f"The file {file_id} has purpose '{row.purpose}', "
                       "not 'batch'")
+    cap = service.cfg.batch_max_queued_lines
+    if cap:
+        queued = await service.io(service.store.queued_lines, who)
+        if queued + row.lines > cap:
+            raise APIError(f"This key has {queued} batch lines queued; {row.lines} more would "
+                           f"pass the limit of {cap} (server.batch_max_queued_lines)",
+                           status=429, code="batch_queue_full", param="input_file_id")
     now = int(time.time())
     batch: dict[str, Any] = {
         "id": new_id("batch"), "object": "batch", "endpoint": endpoint, "errors": None,
@@ -210,7 +230,7 @@ async def create_batch(request: Request) -> Response:
         "cancelled_at": None, "request_counts": {"total": 0, "completed": 0, "failed": 0},
         "metadata": metadata, "model": body.data.get("model")
         if isinstance(body.data.get("model"), str) else None}
-    await service.io(service.store.create_batch, batch)
+    await service.io(service.store.create_batch, batch, who)
     service.notify()
     return JSONResponse(batch)
 
@@ -218,7 +238,7 @@ async def create_batch(request: Request) -> Response:
 async def _batch(request: Request) -> tuple[BatchService, dict[str, Any]]:
     service = _service(request)
     bid = request.path_params["batch_id"]
-    batch = await service.io(service.store.batch, bid)
+    batch = await service.io(service.store.batch, bid, owner(request))
     if batch is None:
         raise _not_found("Batch", bid)
     return service, batch
@@ -233,7 +253,7 @@ async def list_batches(request: Request) -> Response:
     service = _service(request)
     limit = _limit(request)
     rows = await service.io(service.store.batches, request.query_params.get("after"),
-                            limit + 1)
+                            limit + 1, owner(request))
     return JSONResponse(_page([await service.live(b) for b in rows], limit))
 
 

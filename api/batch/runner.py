@@ -3,10 +3,9 @@ validates their input, runs their lines through the interactive route handlers (
 validation, code paths and error bodies) at the engine's background priority, commits
 each line's result as it finishes, and writes the output and error files.
 
-Concurrency: at most the sequences interactive requests leave free, less one kept for the
-next interactive request (at least one line, at most ``server.batch_max_inflight``); the
-scheduler admits waiting interactive requests before batch lines
-(``engine.request.Request.priority``).
+Concurrency: the model's sequences less one (``server.batch_max_inflight``) while no
+interactive request runs, one line while they do; the scheduler admits waiting
+interactive requests before batch lines (``engine.request.Request.priority``).
 """
 
 from __future__ import annotations
@@ -48,6 +47,7 @@ HANDLERS: dict[str, Callable[[Request], Awaitable[Response]]] = {
 FINAL = {"cancelling": "cancelled", "finalizing": "completed"}
 SWEEP_SECONDS = 600.0
 EMBED_INFLIGHT = 4  # embedding lines in flight (they hold no sequence)
+BUSY_HOLD = 1.0  # seconds after an interactive request during which batch lines stay at one
 
 
 class BatchMetrics:
@@ -76,6 +76,7 @@ class BatchService:
         self.metrics = BatchMetrics(registry)
         self.wake = asyncio.Event()
         self.inflight = 0
+        self._busy_at = -BUSY_HOLD  # when an interactive request was last seen running
         self.cancelled: set[str] = set()
         self._task: asyncio.Future[None] | None = None
 
@@ -203,20 +204,23 @@ class BatchService:
         return None
 
     def _slots(self, endpoint: str) -> int:
-        """Lines in flight: the sequences interactive requests leave free, less one kept
-        for the next interactive request (a batch line is not preempted), at least one.
-        Embedding lines take no sequence: a few at a time, packed with other requests'
-        inputs into the embedding batches."""
+        """Lines in flight. Generation: with no interactive request running or seen in the
+        last ``BUSY_HOLD`` seconds, the model's sequences less one (kept for the next
+        interactive request: a batch line is not preempted); while interactive requests
+        run, one line, so their steps stay nearly as short as without the batch. Embedding
+        lines hold no sequence: a few at a time, packed with other requests' inputs."""
         if endpoint == "/v1/embeddings":
             return self.cfg.batch_max_inflight or EMBED_INFLIGHT
         try:
             state = self.server.default
         except APIError:
             return 1
-        n_seq = state.model.n_seq_max
-        interactive = max(0, state.client.outstanding - self.inflight)
-        cap = self.cfg.batch_max_inflight or n_seq - 1
-        return max(1, min(n_seq - 1 - interactive, cap))
+        now = time.monotonic()
+        if state.client.outstanding > self.inflight:
+            self._busy_at = now
+        if now - self._busy_at < BUSY_HOLD:
+            return 1
+        return max(1, self.cfg.batch_max_inflight or state.model.n_seq_max - 1)
 
     async def _line(self, batch: dict[str, Any], line: Line) -> None:
         self.inflight += 1
@@ -278,6 +282,7 @@ class BatchService:
     async def _finalize(self, batch: dict[str, Any], final: str) -> None:
         bid, now = batch["id"], int(time.time())
         total, completed, failed = await self.io(self.store.counts, bid)
+        owner = await self.io(self.store.batch_owner, bid)
         outputs: list[FileRow] = []
         usage = {"input_tokens": 0, "output_tokens": 0}
 
@@ -300,7 +305,7 @@ class BatchService:
                 self.store.temp_path(fid).unlink()
                 return None
             name = f"batch_{bid}_{'output' if ok else 'error'}.jsonl"
-            return FileRow(fid, "batch_output", name, size, count, now)
+            return FileRow(fid, "batch_output", name, size, count, now, owner)
 
         for ok in (True, False):
             row = await self.io(write, ok)

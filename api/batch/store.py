@@ -21,9 +21,11 @@ from typing import Any
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS files(
     id TEXT PRIMARY KEY, purpose TEXT NOT NULL, filename TEXT NOT NULL,
-    bytes INTEGER NOT NULL, lines INTEGER NOT NULL, created_at INTEGER NOT NULL);
+    bytes INTEGER NOT NULL, lines INTEGER NOT NULL, created_at INTEGER NOT NULL,
+    owner TEXT NOT NULL DEFAULT '');
 CREATE TABLE IF NOT EXISTS batches(
-    id TEXT PRIMARY KEY, created_at INTEGER NOT NULL, status TEXT NOT NULL, data TEXT NOT NULL);
+    id TEXT PRIMARY KEY, created_at INTEGER NOT NULL, status TEXT NOT NULL, data TEXT NOT NULL,
+    owner TEXT NOT NULL DEFAULT '');
 CREATE TABLE IF NOT EXISTS lines(
     batch_id TEXT NOT NULL, idx INTEGER NOT NULL, custom_id TEXT NOT NULL,
     offset INTEGER NOT NULL, length INTEGER NOT NULL, done INTEGER NOT NULL DEFAULT 0,
@@ -42,6 +44,7 @@ class FileRow:
     bytes: int
     lines: int
     created_at: int
+    owner: str = ""  # a hash of the API key that uploaded it ("" without keys)
 
     def json(self, expires_at: int | None = None) -> dict[str, Any]:
         return {"id": self.id, "object": "file", "bytes": self.bytes,
@@ -83,17 +86,21 @@ class BatchStore:
     def add_file(self, row: FileRow) -> None:
         """``temp_path(row.id)`` holds the content: renamed into place, then recorded."""
         os.replace(self.temp_path(row.id), self.path(row.id))
-        self.db.execute("INSERT INTO files VALUES(?,?,?,?,?,?)",
-                        (row.id, row.purpose, row.filename, row.bytes, row.lines,
-                         row.created_at))
+        self._insert_file(row)
 
-    def file(self, file_id: str) -> FileRow | None:
+    def _insert_file(self, row: FileRow) -> None:
+        self.db.execute("INSERT INTO files VALUES(?,?,?,?,?,?,?)",
+                        (row.id, row.purpose, row.filename, row.bytes, row.lines,
+                         row.created_at, row.owner))
+
+    def file(self, file_id: str, owner: str | None = None) -> FileRow | None:
+        """A file by id (only the owner's, with ``owner``)."""
         r = self.db.execute("SELECT * FROM files WHERE id=?", (file_id,)).fetchone()
-        return FileRow(*r) if r else None
+        return FileRow(*r) if r and owner in (None, r[6]) else None
 
     def files(self, purpose: str | None, after: str | None, limit: int,
-              ascending: bool) -> list[FileRow]:
-        sql, args = "SELECT * FROM files WHERE 1=1", list[Any]()
+              ascending: bool, owner: str = "") -> list[FileRow]:
+        sql, args = "SELECT * FROM files WHERE owner=?", list[Any]([owner])
         if purpose:
             sql += " AND purpose=?"
             args.append(purpose)
@@ -129,21 +136,37 @@ class BatchStore:
             return f.read(length)
 
     # -- batches -------------------------------------------------------------
-    def create_batch(self, batch: dict[str, Any]) -> None:
-        self.db.execute("INSERT INTO batches VALUES(?,?,?,?)",
-                        (batch["id"], batch["created_at"], batch["status"], json.dumps(batch)))
+    def create_batch(self, batch: dict[str, Any], owner: str = "") -> None:
+        self.db.execute("INSERT INTO batches VALUES(?,?,?,?,?)",
+                        (batch["id"], batch["created_at"], batch["status"], json.dumps(batch),
+                         owner))
 
-    def batch(self, batch_id: str) -> dict[str, Any] | None:
-        r = self.db.execute("SELECT data FROM batches WHERE id=?", (batch_id,)).fetchone()
-        return json.loads(r[0]) if r else None
+    def batch(self, batch_id: str, owner: str | None = None) -> dict[str, Any] | None:
+        """A batch by id (only the owner's, with ``owner``)."""
+        r = self.db.execute("SELECT data, owner FROM batches WHERE id=?",
+                            (batch_id,)).fetchone()
+        return json.loads(r[0]) if r and owner in (None, r[1]) else None
 
-    def batches(self, after: str | None, limit: int) -> list[dict[str, Any]]:
+    def batch_owner(self, batch_id: str) -> str:
+        r = self.db.execute("SELECT owner FROM batches WHERE id=?", (batch_id,)).fetchone()
+        return str(r[0]) if r else ""
+
+    def queued_lines(self, owner: str) -> int:
+        """Lines of the owner's active batches (their input files' lines)."""
+        placeholders = ",".join("?" * len(ACTIVE))
+        r = self.db.execute(
+            "SELECT COALESCE(SUM(f.lines), 0) FROM batches b JOIN files f "
+            "ON f.id = json_extract(b.data, '$.input_file_id') "
+            f"WHERE b.owner=? AND b.status IN ({placeholders})", (owner, *ACTIVE)).fetchone()
+        return int(r[0])
+
+    def batches(self, after: str | None, limit: int, owner: str = "") -> list[dict[str, Any]]:
         """Newest first, as OpenAI lists them (rowid: the order they were created in)."""
-        sql, args = "SELECT data FROM batches", list[Any]()
+        sql, args = "SELECT data FROM batches WHERE owner=?", list[Any]([owner])
         if after:
             ref = self.db.execute("SELECT rowid FROM batches WHERE id=?", (after,)).fetchone()
             if ref is not None:
-                sql += " WHERE rowid < ?"
+                sql += " AND rowid < ?"
                 args.append(ref[0])
         sql += " ORDER BY rowid DESC LIMIT ?"
         return [json.loads(r[0]) for r in self.db.execute(sql, [*args, limit])]
@@ -203,9 +226,7 @@ class BatchStore:
             os.replace(self.temp_path(row.id), self.path(row.id))
         with self._tx():
             for row in outputs:
-                self.db.execute("INSERT INTO files VALUES(?,?,?,?,?,?)",
-                                (row.id, row.purpose, row.filename, row.bytes, row.lines,
-                                 row.created_at))
+                self._insert_file(row)
             self.db.execute("DELETE FROM lines WHERE batch_id=?", (batch["id"],))
             self.update_batch(batch)
 

@@ -84,6 +84,17 @@ def _error(path: str, status: int, type_: str, code: str, message: str) -> bytes
     return json.dumps(body).encode()
 
 
+def api_key(scope: Scope) -> str | None:
+    """The API key a request sends (``Authorization: Bearer``, or ``x-api-key``)."""
+    for name, value in scope.get("headers", []):
+        if name == b"authorization":
+            text = value.decode("latin-1")
+            return text[7:].strip() if text.lower().startswith("bearer ") else ""
+        if name == b"x-api-key":  # Anthropic's clients
+            return str(value.decode("latin-1")).strip()
+    return None
+
+
 class Gate:
     def __init__(self, app: ASGIApp, cfg: ServerConfig, metrics: HttpMetrics,
                  state: GateState) -> None:
@@ -92,13 +103,7 @@ class Gate:
 
     # -- checks -------------------------------------------------------------------------
     def _key(self, scope: Scope) -> str | None:
-        for name, value in scope.get("headers", []):
-            if name == b"authorization":
-                text = value.decode("latin-1")
-                return text[7:].strip() if text.lower().startswith("bearer ") else ""
-            if name == b"x-api-key":  # Anthropic's clients
-                return str(value.decode("latin-1")).strip()
-        return None
+        return api_key(scope)
 
     def _authorized(self, key: str | None) -> bool:
         if not self.keys:
