@@ -416,6 +416,7 @@ COMMON: dict[str, Any] = {
                                   st.integers(-200, 200), max_size=3) | JSON,
     "stream": st.booleans() | JSON,
     "logprobs": st.integers(-1, 25) | st.booleans() | JSON,
+    "thinking_budget_tokens": st.integers(-2, 2**70) | JSON,
     "unknown_field": JSON,
 }
 # a chat template for the fuzz server (Gemma 3 270M has none), so chat, Responses and
@@ -439,7 +440,10 @@ ANTHROPIC: dict[str, Any] = {
                       max_size=2) | JSON,
     "tool_choice": st.fixed_dictionaries({"type": st.sampled_from(
         ["auto", "any", "tool", "none", "x"]), "name": TEXT}) | JSON,
-    "thinking": JSON, "output_config": JSON, "unknown_field": JSON}
+    "thinking": st.fixed_dictionaries({
+        "type": st.sampled_from(["enabled", "disabled", "adaptive", "x"]),
+        "budget_tokens": st.integers(-2, 2**70) | JSON}) | JSON,
+    "output_config": JSON, "unknown_field": JSON}
 ENDPOINTS: dict[str, dict[str, Any]] = {
     "/v1/completions": {**COMMON, "prompt": TEXT | st.lists(TEXT, max_size=3)
                         | st.lists(st.integers(-10, 300000), max_size=5) | JSON,
@@ -673,7 +677,8 @@ def post(http: httpx.Client, case: tuple[str, Any]) -> httpx.Response:
 
 NUMBER_FIELDS = ["temperature", "top_p", "top_k", "n", "seed", "max_tokens", "logprobs",
                  "top_logprobs", "presence_penalty", "frequency_penalty", "repeat_penalty",
-                 "min_p", "dimensions", "max_output_tokens", "max_completion_tokens", "top_n"]
+                 "min_p", "dimensions", "max_output_tokens", "max_completion_tokens", "top_n",
+                 "thinking_budget_tokens", "reasoning_budget_tokens"]
 OLLAMA_NUMBER_FIELDS = ["temperature", "top_p", "top_k", "min_p", "seed", "num_predict",
                         "repeat_penalty", "repeat_last_n", "presence_penalty",
                         "frequency_penalty", "num_ctx", "dimensions"]

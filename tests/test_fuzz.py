@@ -167,21 +167,24 @@ def assert_healthy_and_media_works(server: ServerProcess, http: httpx.Client) ->
     m = server.metrics()
     assert m["llamaserve_requests_running"] == 0 and m["llamaserve_engine_alive"] == 1
 
-    def ask(part: dict[str, Any], **extra: Any) -> httpx.Response:
+    def ask(*parts: dict[str, Any], **extra: Any) -> httpx.Response:
         return http.post("/v1/chat/completions", json={"max_tokens": 2, "temperature": 0,
                          **extra, "messages": [{"role": "user", "content": [
-                             {"type": "text", "text": "What is this?"}, part]}]})
+                             {"type": "text", "text": "What is this?"}, *parts]}]})
 
-    image = samples.png(5, next(_FRESH))  # a new image: encoded now, not from a cache
+    def image() -> dict[str, Any]:  # a new image: encoded now, not from a cache
+        data = base64.b64encode(samples.png(5, next(_FRESH))).decode()
+        return {"type": "image_url", "image_url": {"url": "data:image/png;base64," + data}}
+
     encoded = m["llamaserve_media_encode_seconds_count"]
-    with_image = ask({"type": "image_url", "image_url": {
-        "url": "data:image/png;base64," + base64.b64encode(image).decode()}})
-    text_only = ask({"type": "text", "text": ""}, lora=[{"name": "style-b", "scale": 0.5}])
-    assert with_image.status_code == 200 and text_only.status_code == 200, \
-        (with_image.text, text_only.text)
-    assert (with_image.json()["usage"]["prompt_tokens"]
-            == text_only.json()["usage"]["prompt_tokens"] + IMAGE_TOKENS)
-    assert server.metrics()["llamaserve_media_encode_seconds_count"] == encoded + 1
+    one, two = ask(image()), ask(image(), image())
+    adapter = ask(lora=[{"name": "style-b", "scale": 0.5}])
+    assert one.status_code == two.status_code == adapter.status_code == 200, \
+        (one.text, two.text, adapter.text)
+    # the second image adds its tokens and nothing else (same text boundaries)
+    assert (two.json()["usage"]["prompt_tokens"]
+            == one.json()["usage"]["prompt_tokens"] + IMAGE_TOKENS)
+    assert server.metrics()["llamaserve_media_encode_seconds_count"] == encoded + 3
 
 
 _FRESH = itertools.count(7)  # image heights no request has sent
