@@ -76,7 +76,7 @@ class ServerConfig:
     batch_file_max_bytes: int = 200 * 1024**2  # one upload
     batch_max_lines: int = 50_000  # requests in one batch input file
     batch_retention: float = 30 * 86400.0  # seconds files / finished batches stay; 0 = forever
-    batch_max_inflight: int = 0  # batch lines running at once; 0 = the model's sequences - 1
+    batch_max_inflight: int = 0  # batch lines running at once; 0 = the model's sequences
     batch_max_queued_lines: int = 0  # lines of one API key's active batches; 0 = no limit
 
 

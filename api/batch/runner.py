@@ -3,9 +3,9 @@ validates their input, runs their lines through the interactive route handlers (
 validation, code paths and error bodies) at the engine's background priority, commits
 each line's result as it finishes, and writes the output and error files.
 
-Concurrency: the model's sequences less one (``server.batch_max_inflight``) while no
-interactive request runs, one line while they do; the scheduler admits waiting
-interactive requests before batch lines (``engine.request.Request.priority``).
+Concurrency: the model's sequences (``server.batch_max_inflight``) while no interactive
+request runs; no new line while they do; the scheduler admits waiting interactive
+requests before batch lines (``engine.request.Request.priority``).
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ HANDLERS: dict[str, Callable[[Request], Awaitable[Response]]] = {
 FINAL = {"cancelling": "cancelled", "finalizing": "completed"}
 SWEEP_SECONDS = 600.0
 EMBED_INFLIGHT = 4  # embedding lines in flight (they hold no sequence)
-BUSY_HOLD = 1.0  # seconds after an interactive request during which batch lines stay at one
+BUSY_HOLD = 1.0  # seconds after an interactive request before batch lines start again
 
 
 class BatchMetrics:
@@ -163,9 +163,14 @@ class BatchService:
                 self.metrics.queued.set(total[0] - total[1] - total[2])
                 for line in pending:
                     while len(running) >= self._slots(batch["endpoint"]):
-                        await asyncio.wait(running, timeout=0.05,
-                                           return_when=asyncio.FIRST_COMPLETED)
+                        if running:
+                            await asyncio.wait(running, timeout=0.05,
+                                               return_when=asyncio.FIRST_COMPLETED)
+                        else:  # paused while interactive requests run
+                            await asyncio.sleep(0.05)
                         running = {t for t in running if not t.done()}
+                        if self._stop_reason(batch) is not None:
+                            break
                     stop = self._stop_reason(batch)
                     if stop is not None:
                         break
@@ -205,10 +210,12 @@ class BatchService:
 
     def _slots(self, endpoint: str) -> int:
         """Lines in flight. Generation: with no interactive request running or seen in the
-        last ``BUSY_HOLD`` seconds, the model's sequences less one (kept for the next
-        interactive request: a batch line is not preempted); while interactive requests
-        run, one line, so their steps stay nearly as short as without the batch. Embedding
-        lines hold no sequence: a few at a time, packed with other requests' inputs."""
+        last ``BUSY_HOLD`` seconds, the model's sequences (``server.batch_max_inflight``);
+        while interactive requests run, none start (those running finish: a batch line is
+        not preempted), so interactive steps stay as short as without the batch. Waiting
+        interactive requests are admitted before batch lines (``Request.priority``).
+        Embedding lines hold no sequence: a few at a time, packed with other requests'
+        inputs."""
         if endpoint == "/v1/embeddings":
             return self.cfg.batch_max_inflight or EMBED_INFLIGHT
         try:
@@ -216,11 +223,11 @@ class BatchService:
         except APIError:
             return 1
         now = time.monotonic()
-        if state.client.outstanding > self.inflight:
+        if state.client.outstanding > state.client.background:  # interactive ones run
             self._busy_at = now
         if now - self._busy_at < BUSY_HOLD:
-            return 1
-        return max(1, self.cfg.batch_max_inflight or state.model.n_seq_max - 1)
+            return 0
+        return self.cfg.batch_max_inflight or state.model.n_seq_max
 
     async def _line(self, batch: dict[str, Any], line: Line) -> None:
         self.inflight += 1

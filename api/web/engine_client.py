@@ -88,6 +88,7 @@ class EngineClient:
         self.max_outstanding = model.n_seq_max + max_queue
         self.request_timeout = request_timeout
         self.outstanding = 0  # sequences submitted and not finished (event-loop thread)
+        self.background = 0  # of those, batch lines' (priority > 0)
         self.executor = ThreadPoolExecutor(workers, thread_name_prefix="llamaserve-prepare")
         self.loop: asyncio.AbstractEventLoop | None = None
 
@@ -108,6 +109,8 @@ class EngineClient:
         for request, delta in batch:
             if delta.finish_reason is not None:
                 self.outstanding -= 1
+                if request.priority:
+                    self.background -= 1
             queue = request.consumer
             if request in self.too_slow:  # cancelled: only its end is still delivered
                 if delta.finish_reason is not None:
@@ -164,7 +167,9 @@ class EngineClient:
                                         deadline=deadline, adapters=adapters,
                                         media=tuple(s.fresh() for s in media),
                                         priority=PRIORITY.get()))
+        background = len(requests) if PRIORITY.get() else 0
         self.outstanding += len(requests)
+        self.background += background
         try:
             for r in requests:
                 self.model.submit(r)
@@ -172,6 +177,7 @@ class EngineClient:
             for r in requests:
                 self.model.cancel(r)
             self.outstanding -= len(requests)
+            self.background -= background
             raise unavailable(exc) from None
         return Generation(self.model, requests, queue)
 
