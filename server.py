@@ -24,12 +24,13 @@ import argparse
 import dataclasses
 import json
 import logging
+import os
 import sys
 import threading
 from concurrent.futures import Future
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from engine.config import ConfigError, parse
+from engine.config import ConfigError, ModelConfig, parse
 from engine.config_flags import add_flags, config_data
 
 if TYPE_CHECKING:
@@ -42,7 +43,13 @@ def check(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="llamaserve check",
                                      description="validate a config and its model files")
     add_flags(parser)
+    parser.add_argument("--offline", action="store_true",
+                        help="no network (also HF_HUB_OFFLINE=1): Hub files missing from the "
+                        "local cache are reported, not failed; the rest is checked")
     args = parser.parse_args(argv)
+    offline = args.offline or os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0")
+    if offline:
+        os.environ["HF_HUB_OFFLINE"] = "1"  # huggingface_hub: the local cache only
     try:
         config = parse(config_data(args))
     except ConfigError as exc:
@@ -50,7 +57,7 @@ def check(argv: list[str]) -> int:
         return 2
     from engine.backends.rpc import RpcError
     from engine.loading import ModelLoadError, model_summary
-    from engine.model_source import ModelSourceError, resolve, resolve_file
+    from engine.model_source import ModelSourceError, resolve_file
 
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     logging.getLogger("llamaserve.runner").setLevel(logging.CRITICAL)
@@ -60,22 +67,39 @@ def check(argv: list[str]) -> int:
         if m.draft_model == "draft-model":
             models.append(("draft model", dataclasses.replace(
                 m, path=m.draft_model_path, from_pretrained=m.draft_model_from_pretrained)))
+
+    def local(what: str, path: str | None, source: Any, field: str) -> str | None:
+        """The file's local path; offline, a Hub file not in the cache is reported (None)."""
+        try:
+            return resolve_file(path, source, field)
+        except ModelSourceError:
+            if not offline or source is None:
+                raise
+            print(f"{what}: {source.repo_id}/{source.filename}: not in the local cache "
+                  "(fetched from the Hugging Face Hub at start; not checked offline)")
+            return None
+
     try:
         for what, cfg in models:
-            path = resolve(cfg)
-            facts = ", ".join(f"{k} {v}" for k, v in model_summary(path).items())
-            print(f"{what}: {path}: {facts}")
+            found = local(what, cfg.path, cfg.from_pretrained, "model.path")
+            if found is not None:
+                facts = ", ".join(f"{k} {v}" for k, v in model_summary(found).items())
+                print(f"{what}: {found}: {facts}")
         for m in config.all_models:
+            print(check_chat_setup(m))
             if m.mtmd is not None:
                 from engine.media.projector import projector_inputs
 
-                path = resolve_file(m.mtmd.mmproj_path, m.mtmd.mmproj_from_pretrained,
-                                    "model.mtmd.mmproj_path")
-                print(f"projector of {m.served_name()}: {path}: reads "
-                      f"{projector_inputs(path)}")
+                found = local(f"projector of {m.served_name()}", m.mtmd.mmproj_path,
+                              m.mtmd.mmproj_from_pretrained, "model.mtmd.mmproj_path")
+                if found is not None:
+                    print(f"projector of {m.served_name()}: {found}: reads "
+                          f"{projector_inputs(found)}")
             for lora in m.loras:
-                path = resolve_file(lora.path, lora.from_pretrained, "model.loras")
-                print(f"LoRA adapter {lora.name}: {path}: scale {lora.scale:g}")
+                found = local(f"LoRA adapter {lora.name}", lora.path, lora.from_pretrained,
+                              "model.loras")
+                if found is not None:
+                    print(f"LoRA adapter {lora.name}: {found}: scale {lora.scale:g}")
             if m.rpc_servers:
                 from engine.backends.rpc import hello, not_built_message, supports_rpc
 
@@ -84,12 +108,49 @@ def check(argv: list[str]) -> int:
                 for endpoint in m.rpc_servers:
                     major, minor, patch = hello(endpoint)
                     print(f"RPC server {endpoint}: rpc-server protocol {major}.{minor}.{patch}")
-    except (ModelSourceError, ModelLoadError, RpcError) as exc:
+    except (ModelSourceError, ModelLoadError, RpcError, ValueError) as exc:
         print(f"llamaserve: {exc}", file=sys.stderr)
         return 1
     print(f"config ok: serves {', '.join(m.served_name() for m in config.all_models)} on "
           f"{config.server.host}:{config.server.port}")
     return 0
+
+
+def check_chat_setup(m: ModelConfig) -> str:
+    """The config's own chat template and response schema (when it sets them): the
+    template renders a conversation with a tool call and its result, and the schema gives
+    the markers the parser and the grammars use. Raises ValueError naming the field."""
+    from parsers.chat_template import ChatTemplate, TemplateError
+    from parsers.response_schema import SchemaError, stream_layout
+
+    name, said = m.served_name(), []
+    if m.chat_template:
+        template = ChatTemplate(m.chat_template)
+        tools = [{"type": "function", "function": {"name": "f", "description": "F",
+                                                   "parameters": {"type": "object", "properties": {
+                                                       "a": {"type": "string"}}}}}]
+        asked = [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}]
+        called: list[dict[str, Any]] = [*asked, {"role": "assistant", "content": "", "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "f", "arguments": {"a": "x"}}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "R"}]
+        try:
+            template.render(called, tools=tools, add_generation_prompt=True)
+            said.append("chat template renders a tool conversation")
+        except TemplateError:  # a template without tool turns (Gemma 3's): a plain one
+            try:
+                template.render([asked[1]], add_generation_prompt=True)
+            except TemplateError as exc:
+                raise ValueError(f"model.chat_template of {name}: {exc}") from None
+            said.append("chat template renders a conversation (it takes no tool turns)")
+    if m.response_schema:
+        try:
+            layout = stream_layout(m.response_schema)
+        except SchemaError as exc:
+            raise ValueError(f"model.response_schema of {name}: {exc}") from None
+        marks = [f"{a}...{b}" for a, b in ((layout.reasoning_start, layout.reasoning_end),
+                                            (layout.call_start, layout.call_end)) if a and b]
+        said.append("response schema reads " + (", ".join(marks) or "plain content"))
+    return f"{name}: " + ("; ".join(said) if said else "the GGUF's chat template (read at start)")
 
 
 def enable_fault_handler(log_file: str | None) -> None:
@@ -149,7 +210,6 @@ def main(argv: list[str] | None = None) -> int:
             "binding to %s without an API key: anyone who can reach this port can use the "
             "model (set server.api_key, api_keys, api_key_env or api_key_file)", host)
 
-    from engine.config import ModelConfig
 
     if TYPE_CHECKING:
         from engine.handle import ModelHandle

@@ -238,6 +238,12 @@ def stream_layout(schema: dict[str, Any]) -> StreamLayout:
             raise SchemaError("tool_calls x-regex-iterator needs a capture group")
         c_start = _first_literal(items[:g])
         c_end = _first_literal(items[g + 1 :])
+        inner = list(items[g][1][3])
+        runs = _literal_runs(inner)
+        if not c_start:  # the group holds the whole block, markers included (harmony)
+            c_start = _first_literal(inner)
+        if not c_end and runs and runs[-1][0] == len(inner):
+            c_end = runs[-1][1].strip() or None  # the group ends with a literal
         if not c_start or not c_end:
             raise SchemaError("tool_calls x-regex-iterator needs literal start and end markers")
         call_schema = calls.get("items", {})

@@ -91,6 +91,24 @@ def test_shipped_configs_validate(name: str) -> None:
     parse(json.loads((ROOT / "configs" / name).read_text()))
 
 
+def test_every_shipped_config_passes_check_offline(capsys: pytest.CaptureFixture[str],
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """`llamaserve check --offline`: the config, its own chat template (a tool conversation
+    where the template takes one) and response schema (the markers the parser and grammars
+    need: gpt-oss's harmony blocks hold their markers inside the capture group), and every
+    model file that is here; Hub files not in the cache are named, not failed."""
+    import server
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    for path in sorted((ROOT / "configs").glob("*.json")):
+        code = server.check(["--offline", "-C", str(path)])
+        out, err = capsys.readouterr()
+        assert code == 0, (path.name, out, err)
+        assert "config ok" in out, (path.name, out)
+        data = json.loads(path.read_text())["model"]
+        if data.get("response_schema", {}).get("properties", {}).get("tool_calls"):
+            assert "response schema reads" in out and "..." in out, (path.name, out)
+
+
 # The largest first prompts of the agent clients docs/COMPATIBILITY.md lists, measured on
 # their default requests, and the room an answer needs after one: a shipped chat config must
 # hold both in the context one sequence gets.
