@@ -68,8 +68,9 @@ def main() -> None:
     path = args.model
     runner = Runner(path, ModelConfig(path=path, n_ctx=1024, n_seq_max=1, threads=2,
                                       threads_batch=2))
-    prompt = runner.vocabulary.tokenize(f"<|im_start|>user\n{PROMPT}<|im_end|>\n<|im_start|>assistant\n",
-                             add_special=False, parse_special=True)
+    prompt = runner.vocabulary.tokenize(
+        f"<|im_start|>user\n{PROMPT}<|im_end|>\n<|im_start|>assistant\n",
+        add_special=False, parse_special=True)
     grammars = {
         "free": None,
         "json_schema": json_grammar(SCHEMA).text,
@@ -101,7 +102,8 @@ def main() -> None:
                     })
                 if len(results) == 2:
                     rows[-1]["same tokens"] = results["all candidates"] == results["best first"]
-                    print(runner.vocabulary.detokenize(results["best first"])[:160], file=sys.stderr)
+                    text = runner.vocabulary.detokenize(results["best first"])
+                    print(text[:160], file=sys.stderr)
     finally:
         runner.close()
     report(rows, "grammar_sampling")

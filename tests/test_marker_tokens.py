@@ -20,9 +20,10 @@ def test_control_token_markers_are_rendered_for_the_parser() -> None:
         # <|im_start|> is a control token (empty text unless rendered as special);
         # <tool_call> is a user-defined token that is text anyway
         layout = StreamLayout(call_start="<|im_start|>", call_end="<tool_call>")
-        (im_start,) = runner.vocabulary.tokenize("<|im_start|>", add_special=False, parse_special=True)
+        vocab = runner.vocabulary
+        (im_start,) = vocab.tokenize("<|im_start|>", add_special=False, parse_special=True)
         assert marker_tokens(model, layout) == frozenset({im_start})
-        assert runner.vocabulary.piece(im_start) == b"" and runner.vocabulary.piece(im_start, True) == b"<|im_start|>"
+        assert vocab.piece(im_start) == b"" and vocab.piece(im_start, True) == b"<|im_start|>"
         assert marker_tokens(model, StreamLayout()) == frozenset()
     finally:
         runner.close()
