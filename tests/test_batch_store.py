@@ -108,3 +108,55 @@ def test_validation_errors_name_the_line() -> None:
     assert [e["code"] for e in too_many.errors] == ["too_many_lines"]
     assert check_file(io.BytesIO(b"\n\n"), "/v1/chat/completions", 3).errors[0]["code"] == \
         "empty_file"
+
+
+class _NoModel:
+    """The worker's view of a server with no model loaded: one line at a time."""
+
+    @property
+    def default(self) -> None:
+        from api.web.errors import APIError
+        raise APIError("not loaded", status=503)
+
+
+def test_a_line_answered_503_is_not_recorded_and_runs_again(tmp_path: Path) -> None:
+    """The engine down or the queue full (503 / 429) is the server's state, not the line's:
+    the worker leaves the line pending and runs it again; the batch completes with every
+    line answered once."""
+    import asyncio
+    import time
+
+    from api.batch.runner import BatchService
+    from engine.config import ServerConfig
+
+    content = b"".join(_line(i) for i in range(4))
+    calls: dict[bytes, int] = {}
+
+    async def dispatch(path: str, body: bytes) -> tuple[int, object]:
+        calls[body] = calls.get(body, 0) + 1
+        if b'"content": "2"' in body and calls[body] == 1:
+            return 503, {"error": {"message": "down"}}
+        return 200, {"echo": json.loads(body)}
+
+    async def main() -> dict[str, object]:
+        service = BatchService(_NoModel(), None,  # type: ignore[arg-type]
+                               ServerConfig(batch_dir=str(tmp_path)), None)
+        service.dispatch = dispatch  # type: ignore[method-assign]
+        _store_file(service.store, "file_in", content, created=int(time.time()))
+        service.store.create_batch({**_batch("batch_r", "file_in", int(time.time())),
+                                    "expires_at": time.time() + 60})
+        service.start()
+        for _ in range(200):
+            batch = service.store.batch("batch_r")
+            assert batch is not None
+            if batch["status"] == "completed":
+                service.stop()
+                return batch
+            await asyncio.sleep(0.05)
+        raise AssertionError(service.store.batch("batch_r"))
+
+    batch = asyncio.run(main())
+    assert batch["request_counts"] == {"total": 4, "completed": 4, "failed": 0}
+    assert sorted(calls.values()) == [1, 1, 1, 2]
+    out = (tmp_path / "files" / str(batch["output_file_id"])).read_text().splitlines()
+    assert [json.loads(x)["custom_id"] for x in out] == ["c0", "c1", "c2", "c3"]

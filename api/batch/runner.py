@@ -47,6 +47,8 @@ HANDLERS: dict[str, Callable[[Request], Awaitable[Response]]] = {
 FINAL = {"cancelling": "cancelled", "finalizing": "completed"}
 SWEEP_SECONDS = 600.0
 EMBED_INFLIGHT = 4  # embedding lines in flight (they hold no sequence)
+TRANSIENT = (429, 503)  # a line answered so is not recorded: it runs again later
+RETRY_SECONDS = 1.0
 BUSY_HOLD = 1.0  # seconds after an interactive request before batch lines start again
 
 
@@ -158,7 +160,17 @@ class BatchService:
             while stop is None:
                 pending = await self.io(self.store.pending, bid, last, 256)
                 if not pending:
-                    break
+                    if running:
+                        await asyncio.wait(running)
+                        running = set()
+                    n, ok, bad = await self.io(self.store.counts, bid)
+                    if ok + bad >= n:
+                        break
+                    # lines answered 503 / 429 (engine down, queue full) were not recorded:
+                    # another pass over what is left, after a pause
+                    await asyncio.sleep(RETRY_SECONDS)
+                    last, stop = -1, self._stop_reason(batch)
+                    continue
                 total = (await self.io(self.store.counts, bid))
                 self.metrics.queued.set(total[0] - total[1] - total[2])
                 for line in pending:
@@ -237,6 +249,10 @@ class BatchService:
                                 line.length)
             body = json.dumps(json.loads(raw)["body"]).encode()
             status, answer = await self.dispatch(batch["endpoint"], body)
+            if status in TRANSIENT:  # the server's state, not the line's: run it later
+                log.warning("batch %s line %d: %d, retried later", batch["id"], line.idx,
+                            status)
+                return
             rid = new_id("req")
             result = json.dumps({
                 "id": new_id("batch_req"), "custom_id": line.custom_id,
