@@ -10,6 +10,8 @@ imports included) may import from ``engine`` only these modules:
   ``TokenLogprob`` and the engine's errors.
 - ``engine.media.spans``: ``MediaSpan`` (part of a ``Request``) and ``is_media_token``;
   pure Python.
+- ``engine.sampling.reasoning``: ``ReasoningBudget`` (part of ``SamplingParams``: a thinking
+  budget and the tokens that close it); pure Python.
 - ``engine.grammar``: the pure grammar builders ``api/chat/tools.py`` turns tools and
   response formats into, and ``GrammarError`` (no llama.cpp state: the bindings' pure-Python
   schema converter only).
@@ -27,7 +29,7 @@ from pathlib import Path
 from conftest import ROOT
 
 ALLOWED = frozenset({"engine.handle", "engine.config", "engine.request", "engine.media.spans",
-                     "engine.grammar"})
+                     "engine.grammar", "engine.sampling.reasoning"})
 
 
 def engine_imports(path: Path) -> list[tuple[int, str]]:
