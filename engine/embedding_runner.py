@@ -36,7 +36,7 @@ class EmbeddingRunner:
         else:
             side = cfg if cfg.pooling_type not in (None, -1) else _with_pooling(runner, cfg)
             self.ctx = new_context(runner.model, side, embeddings=True, n_ctx=cfg.n_batch,
-                                          n_seq_max=min(MAX_EMBED_SEQS, cfg.n_batch))
+                                   n_seq_max=min(MAX_EMBED_SEQS, cfg.n_batch))
             self._owned = True
         self.pooling = int(L.llama_pooling_type(self.ctx))
         if self.pooling == POOLING_NONE:
