@@ -22,8 +22,8 @@ from engine.config import DiskCacheConfig, ModelConfig
 from engine.detokenizer import IncrementalDetokenizer
 from engine.drafts.draft import verify
 from engine.drafts.drafting import Drafting
-from engine.embedding import EmbedItem, EmbedJob, EmbedQueue
-from engine.embedding_runner import EmbeddingRunner
+from engine.embeddings.jobs import EmbedItem, EmbedJob, EmbedQueue
+from engine.embeddings.runner import EmbeddingRunner
 from engine.media.embedding_cache import EmbeddingCache
 from engine.media.projector import Projector
 from engine.metrics import EngineMetrics

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.core import ContextLengthExceeded, Engine, Publish
-from engine.embedding import EmbedJob
+from engine.embeddings.jobs import EmbedJob
 from engine.media.projector import MediaError, MediaInput, MediaPrompt
 from engine.request import Request, SamplingParams
 from engine.vocabulary import FimTokens
@@ -149,8 +149,9 @@ class ModelHandle:
                            template=embedder.rerank_format.template is not None)
 
     def rerank_prompts(self, query: str, documents: list[str]) -> list[list[int]]:
-        """One prompt per document, as llama-server builds them (``engine.rerank``); score
-        them with ``submit_embed``: the first value of each row is the score. Blocking."""
+        """One prompt per document, as llama-server builds them
+        (``engine.embeddings.rerank``); score them with ``submit_embed``: the first value of
+        each row is the score. Blocking."""
         embedder = self._engine.embedder
         assert embedder is not None and embedder.rerank_format is not None, "not a reranker"
         return embedder.rerank_format.prompts(query, documents, self._vocabulary.tokenize)

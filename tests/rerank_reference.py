@@ -2,7 +2,8 @@
 must equal (tests/test_api_rerank.py).
 
 The weights are read straight from the GGUF file, the (query, document) prompt is laid out
-from llama-server's ``format_prompt_rerank`` as its C++ reads (not from ``engine/rerank.py``),
+from llama-server's ``format_prompt_rerank`` as its C++ reads (not from
+``engine/embeddings/rerank.py``),
 and the forward pass is numpy: BERT (post-norm, GELU, CLS → dense + tanh → one logit) and
 qwen3 (RMSNorm, q/k norms, NEOX RoPE, causal GQA attention, SwiGLU, last token → yes/no
 logits → softmax, P(yes)). Only the tokenizer is llama.cpp's (through the bindings' own

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from engine.embedding import EmbedJob, EmbedQueue
+from engine.embeddings.jobs import EmbedJob, EmbedQueue
 from engine.request import EngineError
 
 

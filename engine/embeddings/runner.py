@@ -2,7 +2,7 @@
 
 Rank pooling (rerankers: a classification head, ``pooling_type`` 4 in the GGUF or the
 config) gives ``llama_model_n_cls_out`` values per input instead of a vector; the first is
-the relevance score (``engine/rerank.py`` builds the prompts the way llama-server does).
+the relevance score (``engine/embeddings/rerank.py`` builds the prompts the way llama-server does).
 
 An embedding-only model (BERT and kin) uses the runner's own context, created with
 ``embeddings`` on. A generation model configured with ``embedding: true`` gets a
@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 
 from engine.config import ModelConfig
+from engine.embeddings.rerank import RerankFormat, vocab_format
 from engine.loading import L, ModelLoadError, new_context
-from engine.rerank import RerankFormat, vocab_format
 from engine.runner import NumpyBatch, Runner
 
 POOLING_NONE, POOLING_MEAN, POOLING_RANK = 0, 1, 4
