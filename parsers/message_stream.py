@@ -181,6 +181,8 @@ class MessageStream:
                 parsed = self._parse_call(self.block, complete=False)
                 if parsed is not None or self.call is not None:
                     self._whole(out, parsed, complete=parsed is not None)
+                else:  # cut off before it names a tool: the text as it is, never nothing
+                    out.content += f"{self.layout.call_start}{self.block}"
         elif self.state == self.BARE_JSON:
             calls = self._bare_calls(self.buf)
             if calls is None:

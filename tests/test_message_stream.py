@@ -51,8 +51,8 @@ CASES = [
     Case("hermes string arguments", "qwen2.5-coder-0.5b",
          '<tool_call>{"name": "get_weather", "arguments": "{\\"city\\": \\"Oslo\\"}"}</tool_call>',
          calls=[("get_weather", {"city": "Oslo"})], tools=WEATHER),
-    Case("hermes truncated call is dropped", "qwen2.5-coder-0.5b",
-         'Sure.\n<tool_call>\n{"name": "get_weather", "argu', content="Sure."),
+    Case("hermes call cut before its name is kept as text", "qwen2.5-coder-0.5b",
+         'Sure.\n<tool_call>\n{"na', content='Sure.<tool_call>\n{"na'),
     Case("hermes lookalike text", "qwen2.5-coder-0.5b", "a < b and <tool> x</tool_call>",
          content="a < b and <tool> x</tool_call>"),
     Case("bare json call", "qwen2.5-coder-0.5b",
@@ -103,6 +103,8 @@ CASES = [
          "Checking.\n\n<tool_call>\n<function=get_weather>\n<parameter=city>\nNew York\n"
          "</parameter>\n</function>\n</tool_call>", content="Checking.",
          calls=[("get_weather", {"city": "New York"})], tools=WEATHER),
+    Case("qwen3.5 xml call cut before its name is kept as text", "qwen3.5-0.8b",
+         "<tool_call>\n<func", content="<tool_call>\n<func"),
     Case("qwen3.5 no reasoning block", "qwen3.5-0.8b", "Just an answer.",
          content="Just an answer."),
     # Gemma: plain text
@@ -161,7 +163,10 @@ def test_any_chunking_gives_the_same_message(case: Case) -> None:
         assert "".join(d.content for d in deltas) == message.content
         assert "".join(d.reasoning for d in deltas) == message.reasoning
         check_chunks(message, deltas)
-        for d in deltas:  # markup never leaks into content
+        # markup never leaks into content while streaming; only a call cut off before it
+        # names a tool comes back, at the end, as the text it is
+        cut = "cut before its name" in case.id
+        for d in deltas if not cut else deltas[:-1]:
             assert "<tool_call>" not in d.content and "<think>" not in d.content
 
 
