@@ -37,9 +37,8 @@ from fuzz_bodies import (
 from fuzz_schemas import schema_cases
 
 EXAMPLES = 300
-RERANK_EXAMPLES = 80
 HOSTILE_EXAMPLES = 300
-RERANK_EXAMPLES = 80
+RERANK_EXAMPLES = 40  # each runs both rerankers; bench/fuzz.py draws more
 MEDIA_EXAMPLES = 200
 WS_EXAMPLES = 100
 IMAGE_TOKENS = 4  # the test projector: any image is 2 x 2 patches

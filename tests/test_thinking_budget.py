@@ -39,7 +39,7 @@ ANSWER = {"type": "object", "properties": {
     "answer": {"type": "string", "maxLength": 12},
     "level": {"enum": ["low", "high"]}}, "required": ["answer", "level"],
     "additionalProperties": False}
-SEEDS = range(8)
+SEEDS = range(6)
 BUDGET = 12
 MAX_TOKENS = 200
 
