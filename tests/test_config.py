@@ -46,6 +46,7 @@ def model(**fields: object) -> dict[str, object]:
         (model(n_batch=64, n_ubatch=128), "model.n_ubatch: must not exceed model.n_batch"),
         (model(sampling={"temprature": 0}), "model.sampling.temprature: unknown field"),
         (model(sampling={"top_p": 2}), "model.sampling.top_p: 2 is greater than the maximum"),
+        (model(sampling={"top_k": 2**40}), "model.sampling.top_k: 1099511627776 is greater"),
         ({**model(), "disk_cache": {"path": "/tmp/x", "max_bytes": -1}},
          "disk_cache.max_bytes: -1 is less than the minimum of 0"),
     ],

@@ -27,7 +27,7 @@ from parsers.response_schema import StreamLayout
 _Media = tuple[MediaRefs, list[MediaInput]]
 log = logging.getLogger("llamaserve.chat")
 # a call or JSON answer that must follow the thinking, with no budget set anywhere: the
-# thinking may take half of max_tokens (or this many tokens without max_tokens), so the
+# thinking may take half of max_tokens (this many tokens without max_tokens), so the
 # answer has room and comes back valid
 CONSTRAINED_BUDGET = 4096
 
@@ -54,7 +54,7 @@ def thinking_budget(rules: OutputRules, extra: dict[str, Any], params: SamplingP
     if "default" in configured:
         return configured["default"]
     if rules.constrained:
-        return (params.max_tokens or 2 * CONSTRAINED_BUDGET) // 2
+        return params.max_tokens // 2 if params.max_tokens else CONSTRAINED_BUDGET
     return None
 
 

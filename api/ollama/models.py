@@ -149,6 +149,8 @@ def _typed(raw: str) -> Any:
     """llama.cpp's string of a GGUF value back to its JSON type (a string stays one)."""
     if raw in ("true", "false"):
         return raw == "true"
+    if len(raw) > 40:  # no GGUF number is this long (and int() refuses 4,300+ digits)
+        return raw
     if _INT.fullmatch(raw):
         return int(raw)
     if _FLOAT.fullmatch(raw):
