@@ -13,9 +13,12 @@ Per server, one fresh start, then in order:
 Prints a table (TTFT ms, cached tokens where the server reports them) and, for llamaserve,
 the snapshot memory from /metrics. Default model: the tiny Qwen3.5-architecture file of
 ``tests/make_hybrid_model.py`` (random weights: the timings, not the text, matter).
+``--gemma``: Gemma 3 270M, a sliding-window model, at ``swa_full: false`` (its window layers
+keep the last 512 positions; both servers get the chat template of
+``configs/gemma3-270m.json``, llama-server its default context checkpoints).
 
     flock /tmp/llamaserve-bench.lock python bench/snapshots.py \\
-        [--llama-server /tmp/llama-build/bin/llama-server] [--model X.gguf]
+        [--llama-server /tmp/llama-build/bin/llama-server] [--model X.gguf | --gemma]
 """
 
 from __future__ import annotations
@@ -73,20 +76,23 @@ def ask(url: str, messages: list[dict[str, str]]) -> tuple[float, str, int | Non
     return first or time.perf_counter() - start, "".join(text), cached
 
 
-def scenario(url: str, system: str) -> dict[str, tuple[float, int | None]]:
+def scenario(url: str, system: str, notes: str = "") -> dict[str, tuple[float, int | None]]:
+    """``notes``: text the first question carries (then the second conversation branches
+    that far back from the end of the first, past a sliding window)."""
     def conv(*turns: str) -> list[dict[str, str]]:
         return [{"role": "system", "content": system},
                 *({"role": "user" if i % 2 == 0 else "assistant", "content": t}
                   for i, t in enumerate(turns))]
 
     out: dict[str, tuple[float, int | None]] = {}
-    t, answer, c = ask(url, conv("Which rules mention rivers?"))
+    q1 = "Which rules mention rivers?" + (f"\n\nMy notes:\n{notes}" if notes else "")
+    t, answer, c = ask(url, conv(q1))
     out["cold"] = (t, c)
     t, _, c = ask(url, conv("Which rules mention violins?"))
     out["second conv."] = (t, c)
-    t, _, c = ask(url, conv("Which rules mention rivers?", answer or "None.", "And tea?"))
+    t, _, c = ask(url, conv(q1, answer or "None.", "And tea?"))
     out["next turn"] = (t, c)
-    retried = conv("Which rules mention rivers?", answer or "None.", "And comets?")
+    retried = conv(q1, answer or "None.", "And comets?")
     t, _, c = ask(url, retried)
     out["retried turn"] = (t, c)
     t, _, c = ask(url, retried)
@@ -105,11 +111,15 @@ def snapshot_bytes(url: str) -> float | None:
     return None
 
 
-def start_llamaserve(model: str, threads: int, port: int, tmp: Path) -> subprocess.Popen[bytes]:
-    cfg = {"server": {"log_level": "warning"},
-           "model": {"path": model, "alias": "bench", "n_ctx": 8192, "n_seq_max": 4,
-                     "n_batch": 512, "n_ubatch": 512, "threads": threads,
-                     "threads_batch": threads, "kv_unified": True}}
+def start_llamaserve(model: str, threads: int, port: int, tmp: Path,
+                     template: str | None = None) -> subprocess.Popen[bytes]:
+    cfg: dict[str, Any] = {
+        "server": {"log_level": "warning"},
+        "model": {"path": model, "alias": "bench", "n_ctx": 8192, "n_seq_max": 4,
+                  "n_batch": 512, "n_ubatch": 512, "threads": threads,
+                  "threads_batch": threads, "kv_unified": True, "swa_full": False}}
+    if template is not None:
+        cfg["model"]["chat_template"] = template
     path = tmp / "snapshots-bench.json"
     path.write_text(json.dumps(cfg))
     return subprocess.Popen([sys.executable, str(ROOT / "server.py"), "-C", str(path),
@@ -117,11 +127,12 @@ def start_llamaserve(model: str, threads: int, port: int, tmp: Path) -> subproce
                             stderr=subprocess.DEVNULL)
 
 
-def start_llama_server(binary: str, model: str, threads: int, port: int
-                       ) -> subprocess.Popen[bytes]:
+def start_llama_server(binary: str, model: str, threads: int, port: int,
+                       template: Path | None = None) -> subprocess.Popen[bytes]:
+    extra = [] if template is None else ["--chat-template-file", str(template)]
     return subprocess.Popen([binary, "-m", model, "--port", str(port), "-np", "4", "-c", "8192",
                              "-t", str(threads), "-tb", str(threads), "-b", "512", "-ub", "512",
-                             "--kv-unified", "--no-webui", "--jinja"],
+                             "--kv-unified", "--no-webui", "--jinja", *extra],
                             stdout=subprocess.DEVNULL, stderr=open(os.devnull if not os.environ.get(
                                 "BENCH_LOG") else os.environ["BENCH_LOG"], "wb"))
 
@@ -130,24 +141,41 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--llama-server", default=os.environ.get("LLAMA_SERVER", ""))
     ap.add_argument("--model", default="")
+    ap.add_argument("--gemma", action="store_true",
+                    help="Gemma 3 270M (sliding window, swa_full: false) from the model cache")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--words", type=int, default=1450, help="system prompt size (~2,000 tokens)")
     args = ap.parse_args()
     model = args.model
+    template: str | None = None
+    if args.gemma:
+        from fetch_models import model_path
+        model = str(model_path("gemma"))
+        gemma = json.loads((ROOT / "configs" / "gemma3-270m.json").read_text())["model"]
+        template = "".join(gemma["chat_template"])
     if not model:
         path = default_path()
         if not path.exists():
             write_hybrid_model(path)
         model = str(path)
     system = system_prompt(args.words, "depot")
+    # Gemma: the first question carries ~2,400 tokens of notes, so the second conversation
+    # branches that far back: past what the window layers' cells (512 x 4 sequences + 512)
+    # still hold, which only a snapshot does
+    notes = system_prompt(1750, "notes") if args.gemma else ""
     results: dict[str, dict[str, tuple[float, int | None]]] = {}
     mem: float | None = None
     with tempfile.TemporaryDirectory() as tmp:
+        template_file = None
+        if template is not None:
+            template_file = Path(tmp) / "template.jinja"
+            template_file.write_text(template)
         servers: list[tuple[str, Callable[[int], subprocess.Popen[bytes]]]] = [
-            ("llamaserve", lambda port: start_llamaserve(model, args.threads, port, Path(tmp)))]
+            ("llamaserve", lambda port: start_llamaserve(model, args.threads, port, Path(tmp),
+                                                         template))]
         if args.llama_server:
             servers.append(("llama-server", lambda port: start_llama_server(
-                args.llama_server, model, args.threads, port)))
+                args.llama_server, model, args.threads, port, template_file)))
         for name, start in servers:
             port = _port()
             proc = start(port)
@@ -155,7 +183,7 @@ def main() -> None:
             try:
                 _wait(f"{url}/health", proc)
                 ask(url, [{"role": "user", "content": "Say hi."}])  # warm-up
-                results[name] = scenario(url, system)
+                results[name] = scenario(url, system, notes)
                 if name == "llamaserve":
                     mem = snapshot_bytes(url)
             finally:
@@ -174,9 +202,12 @@ def main() -> None:
           file=sys.stderr)
     for row in rows:
         row["llamaserve snapshot MiB"] = "" if mem is None else round(mem / 2**20, 3)
-    report(rows, "snapshots", Chart("phase", [f"{n} ms" for n in results],
+    name = "snapshots-gemma" if args.gemma else "snapshots"
+    report(rows, name, Chart("phase", [f"{n} ms" for n in results],
                                     "time to first token (ms)",
-                                    "Hybrid model: prompts sharing part of a cached sequence"))
+                                    ("Gemma 3 270M (swa_full: false)" if args.gemma else
+                                     "Hybrid model") + ": prompts sharing part of a cached "
+                                    "sequence"))
 
 if __name__ == "__main__":
     main()

@@ -354,8 +354,10 @@ class Runner:
         return int(L.llama_state_seq_set_data(self.ctx, buf, len(data), seq)) > 0
 
     def state_get_partial(self, seq: int) -> bytes:
-        """The recurrent part of a hybrid / recurrent sequence's state (PARTIAL_ONLY: the
-        attention KV is left out), a snapshot ``seq_rewind`` restores."""
+        """The part of a sequence's state that cannot be cut back (PARTIAL_ONLY): the
+        recurrent state of a hybrid / recurrent model, the window layers of a
+        sliding-window one (``swa_full: false``); the full attention KV is left out. A
+        snapshot ``seq_rewind`` restores."""
         size = int(L.llama_state_seq_get_size_ext(self.ctx, seq, PARTIAL_ONLY))
         if size <= 0:
             raise RuntimeError(f"llama.cpp has no partial state for sequence {seq}")
@@ -367,15 +369,20 @@ class Runner:
 
     def seq_rewind(self, seq: int, n: int, data: bytes, src: int | None = None,
                    last: int | None = None) -> bool:
-        """``seq`` := its own (or ``src``'s) positions below ``n``, with the recurrent state
+        """``seq`` := its own (or ``src``'s) positions below ``n``, with the partial state
         ``data`` taken when the sequence was there: the snapshot replaces the recurrent
-        part, then the attention KV is cut at ``n``. False (``seq`` then holds something
-        unknown: the caller clears it) when llama.cpp refuses the data or the restored
-        state is not at ``last`` (the highest position kept: ``n - 1``, or an M-RoPE
+        part (or the window), then the attention KV is cut at ``n``. False (``seq`` then
+        holds something unknown: the caller clears it) when llama.cpp refuses the data or
+        the restored state is not at ``last`` (the highest position kept: ``n - 1``, or an M-RoPE
         media's own position when the snapshot follows one)."""
         if src is not None:
             if self.unified:
                 L.llama_memory_seq_cp(self.mem, src, seq, 0, n)
+            elif self.n_swa > 0:
+                # one stream per sequence: llama.cpp copies a stream's buffers at the next
+                # decode, over the window restored below; so the state goes through the host
+                if not self.state_set(seq, self.state_get(src)):
+                    return False
             else:  # one stream per sequence: whole streams only, cut below
                 L.llama_memory_seq_cp(self.mem, src, seq, -1, -1)
         buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)

@@ -11,11 +11,17 @@ a stale state just the same); a copy hands the destination the source's state wh
 the range. A decode on a state that is not at the sequence's end puts the sequence in
 ``wrong``: its output would differ from a fresh evaluation.
 
-Snapshots (``state_get_partial`` / ``seq_rewind``) carry the recurrent state alone, as
-llama.cpp's ``LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY`` does: a rewind to ``n`` restores it and
-cuts the positions at ``n``, refused (like llama.cpp's position check) when the snapshot's
-state is not at ``n``; ``rewind_fails`` makes llama.cpp refuse every snapshot. Token ids in
-``eog`` end a message.
+``n_swa_window`` adds sliding-window layers as llama.cpp's iSWA cache (``swa_full: false``)
+has them: ``seqs`` is what the full-attention layers hold (every position), ``win`` what the
+window layers still hold (the last ``window`` positions after each decode); ``seq_pos_min``
+reads the window layers, as llama.cpp's does. A decode whose window before its first token
+is incomplete puts the sequence in ``wrong``.
+
+Snapshots (``state_get_partial`` / ``seq_rewind``) carry the recurrent state, or the window
+layers' positions, alone, as llama.cpp's ``LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY`` does: a
+rewind to ``n`` restores it and cuts the positions at ``n``, refused (like llama.cpp's
+position check) when the snapshot's state is not at ``n``; ``rewind_fails`` makes llama.cpp
+refuse every snapshot. Token ids in ``eog`` end a message.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ class FakeKv:
                  eog: frozenset[int] = frozenset({2})) -> None:
         self.seqs: dict[int, list[int]] = {}  # seq -> positions held (0..n-1)
         self.window = n_swa_window  # emulate SWA pruning: keep only the last window
+        self.win: dict[int, list[int]] = {}  # seq -> positions its window layers hold
         self.trim_fails = trim_fails
         self.ops: list[tuple[object, ...]] = []
         self.recurrent = recurrent
@@ -45,6 +52,9 @@ class FakeKv:
         return token in self.eog
 
     def state_get_partial(self, seq: int) -> bytes:
+        if self.window is not None and not self.recurrent:
+            return json.dumps({"window": self.win.get(seq, []), "wrong": seq in self.wrong,
+                               "pad": "x" * 100}).encode()
         assert self.recurrent and seq not in self.pending
         return json.dumps({"state": self.state.get(seq, 0), "wrong": seq in self.wrong,
                            "pad": "x" * 100}).encode()
@@ -54,9 +64,20 @@ class FakeKv:
         self.ops.append(("rewind", seq, n, src))
         if src is not None:
             self.seqs[seq] = [p for p in self.seqs.get(src, []) if p < n]
+            self.win[seq] = [p for p in self.win.get(src, []) if p < n]
         if self.rewind_fails:
             return False
         loaded = json.loads(data)
+        if "window" in loaded:  # the window layers replaced, then everything cut at n
+            self.wrong.discard(seq)
+            self.win[seq] = loaded["window"]
+            if not loaded["window"] or loaded["window"][-1] != n - 1 or self.held(seq) < n:
+                return False  # llama.cpp's seq_pos_max is not n - 1
+            if loaded["wrong"]:
+                self.wrong.add(seq)
+            self.seqs[seq] = [p for p in self.seqs.get(seq, []) if p < n]
+            self.rewinds.append((seq, n, src))
+            return True
         self.pending.pop(seq, None)
         self.wrong.discard(seq)
         if loaded["state"] != n or self.held(seq) < n:
@@ -80,10 +101,14 @@ class FakeKv:
                 self.wrong.add(seq)
             self.state[seq] = start + n
             self.last[seq] = n
-        pos.extend(range(start, start + n))
         if self.window is not None:
-            top = pos[-1]
-            self.seqs[seq] = [p for p in pos if p > top - self.window]
+            win = self.win.setdefault(seq, [])
+            if not set(range(max(0, start - self.window + 1), start)) <= set(win):
+                self.wrong.add(seq)  # attends to a window it does not have
+            top = start + n - 1
+            self.win[seq] = [p for p in [*win, *range(start, start + n)]
+                             if p > top - self.window]
+        pos.extend(range(start, start + n))
 
     def seq_trim(self, seq: int, keep: int) -> bool:
         self.ops.append(("trim", seq, keep))
@@ -97,11 +122,13 @@ class FakeKv:
         elif self.recurrent and keep == 0:
             self.seq_clear(seq)
         self.seqs[seq] = [p for p in self.seqs.get(seq, []) if p < keep]
+        self.win[seq] = [p for p in self.win.get(seq, []) if p < keep]
         return True
 
     def seq_copy(self, src: int, dst: int, n: int) -> bool:
         self.ops.append(("copy", src, dst, n))
         self.seqs[dst] = [p for p in self.seqs.get(src, []) if p < n]
+        self.win[dst] = [p for p in self.win.get(src, []) if p < n]
         if self.recurrent:  # the source's state as it is, not at n (nor rolled back)
             self.seq_clear(dst)
             self.state[dst] = self.state.get(src, 0)
@@ -112,12 +139,13 @@ class FakeKv:
 
     def seq_clear(self, seq: int) -> None:
         self.seqs[seq] = []
+        self.win[seq] = []
         self.state.pop(seq, None)
         self.pending.pop(seq, None)
         self.wrong.discard(seq)
 
     def seq_pos_min(self, seq: int) -> int:
-        pos = self.seqs.get(seq)
+        pos = self.win.get(seq) if self.window is not None else self.seqs.get(seq)
         return pos[0] if pos else -1
 
     def state_get(self, seq: int) -> bytearray:
@@ -134,6 +162,10 @@ class FakeKv:
             return False
         if not self.recurrent:
             self.seqs[seq] = loaded
+            if self.window is not None:  # llama.cpp saves the window layers' last window
+                self.win[seq] = [p for p in loaded if p > (loaded[-1] if loaded else 0)
+                                 - self.window]
+                self.wrong.discard(seq)
             return True
         self.seq_clear(seq)
         self.seqs[seq], self.state[seq] = loaded["pos"], loaded["state"]

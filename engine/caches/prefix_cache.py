@@ -26,17 +26,25 @@ hand over the state at the source's last position); a disk entry is loaded only 
 is all a prefix of the prompt; a sequence whose state waits for a draft rollback (applied
 by its next decode) is neither copied, saved nor kept.
 
-Snapshots lift most of that (``engine.caches.snapshots``, ``model.state_snapshots_max_bytes``):
+Sliding-window attention without ``swa_full`` (Gemma 3, gpt-oss) keeps only the last
+``n_swa`` positions of its window layers: a sequence serves a prefix ``p`` only while it
+holds the window before ``p`` (continuing at its end always works; cutting far back does
+not).
+
+Snapshots lift most of both limits (``engine.caches.snapshot_paths``,
+``engine.caches.snapshots``, ``model.state_snapshots_max_bytes``):
 at admission a request gets ``snapshot_at``, prompt positions agents come back to — the end
 of each message (right after an end-of-generation token such as ``<|im_end|>``: the first,
 the system prompt, and the last few), where the prompt diverged from every cached sequence,
 and one token before its end — and the scheduler ends a prefill chunk at each, so
-``committed`` copies the recurrent state (without the attention KV) right after that decode.
+``committed`` copies the partial state (the recurrent state, or the window layers' window;
+never the full attention KV) right after that decode.
 A sequence sharing at least ``p`` tokens with a later prompt then serves it from its
 snapshot at ``p``: in place (the snapshot restored, the attention KV cut at ``p``) or by copy
 (the attention KV ``[0, p)`` copied, the snapshot restored into the copy). Snapshots are
 saved with the sequence's disk entry and serve a load from disk the same way. A snapshot
-llama.cpp refuses is dropped (logged, counted) and the prompt is evaluated.
+llama.cpp refuses, or whose restored state is not where it was taken, is dropped (logged,
+counted) and the prompt is evaluated. ``_usable`` is the one rule every reuse follows.
 
 Everything here counts tokens (KV cells); llama.cpp cuts and copies by position. With
 M-RoPE media (``engine.media.spans.PositionMap``) the two differ, and every cut or copy
@@ -58,6 +66,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from engine.caches.kv_ledger import KvLedger
 from engine.caches.prefix_tree import PrefixTree
+from engine.caches.snapshot_paths import SHORT_CACHE, SnapshotPaths
 from engine.caches.snapshots import Snapshot, SnapshotStore
 from engine.request import Request
 
@@ -70,16 +79,9 @@ log = logging.getLogger("llamaserve.prefix_cache")
 WAIT_FOR_SOURCE_MIN = 64  # wait for a busy slot's prefill when it would save this many tokens
 DISK_MIN_GAIN = 16  # load from disk only when it beats memory by this many tokens
 DISK_MIN_SHARE = 0.25  # ...and uses at least this share of the stored sequence
-# Cached sequences shorter than this are reclaimed before an empty sequence id is used: they
-# are cheap to recompute, and every cell in use widens attention for all sequences.
-SHORT_CACHE = 256
 # A finished request's sequence (prompt + answer) is saved again when the answer adds this
 # many tokens to what is stored: the next turn of a conversation starts with the answer.
 ANSWER_MIN_SAVE = 16
-# Snapshots per prompt at message ends (besides the divergence point and the prompt's end):
-# the first message's (the system prompt) and the last few.
-SNAPSHOT_LAST_MESSAGES = 3
-SNAPSHOT_MIN_GAP = 16  # a snapshot this close before a later one is not worth its bytes
 
 
 class KvOps(Protocol):
@@ -93,7 +95,7 @@ class KvOps(Protocol):
     def seq_pos_min(self, seq: int) -> int: ...
     def state_get(self, seq: int) -> bytearray: ...
     def state_set(self, seq: int, data: bytearray) -> bool: ...
-    # snapshots (recurrent memory): the recurrent part only, and its restore
+    # snapshots: the partial state only (recurrent state, SWA window), and its restore
     def state_get_partial(self, seq: int) -> bytes: ...
     # (n: the position to continue at; last: the highest position kept, n - 1 unless media
     # end there)
@@ -116,11 +118,11 @@ class _Match:
     slot: Slot | None = None
     usable: int = 0  # tokens that can be reused now
     wait: bool = False  # a busy slot is still computing a longer shared prefix
-    snap: Snapshot | None = None  # recurrent memory: usable through this snapshot
+    snap: Snapshot | None = None  # usable through this snapshot (recurrent state, window)
     shared: int = 0  # the longest prefix any sequence shares with the prompt
 
 
-class PrefixCache:
+class PrefixCache(SnapshotPaths):
     def __init__(self, n_seq: int, kv: KvOps, *, capacity: int, unified: bool = True,
                  n_swa: int = 0, disk: DiskCache | None = None,
                  metrics: EngineMetrics | None = None,
@@ -141,7 +143,8 @@ class PrefixCache:
         self.ledger = KvLedger()
         self.recurrent = kv.recurrent  # one state per sequence: reused only whole
         self.snaps = SnapshotStore(snapshot_bytes, metrics)  # ...or from a snapshot
-        self.snapshots_on = self.recurrent and snapshot_bytes > 0
+        # (so is a sliding window: engine.caches.snapshot_paths)
+        self.snapshots_on = (self.recurrent or n_swa > 0) and snapshot_bytes > 0
         self._clock = itertools.count(1)
 
     def _tree(self, adapters: tuple[tuple[str, float], ...]) -> PrefixTree[int]:
@@ -251,24 +254,26 @@ class PrefixCache:
 
     def _usable(self, slot: Slot, n: int, r: Request | None = None
                 ) -> tuple[int, Snapshot | None]:
-        """How much of ``n`` shared positions of ``slot`` can be reused. A recurrent state
-        only whole (``n`` must be all the sequence holds), or up to its furthest snapshot
-        within ``n``. With sliding-window attention the cache keeps only the last window
-        of a long sequence; continuing at ``n`` needs the window before ``n``."""
-        if self.recurrent:
-            if 0 < n == len(slot.tokens) and not slot.rolled_back:
-                return n, None
-            if not self.snapshots_on:
-                return 0, None
-            for pos in reversed(self.snaps.positions(slot.seq_id)):
-                if pos <= n and (r is None or r.reusable(pos) == pos):
-                    return pos, self.snaps.get(slot.seq_id, pos)
+        """How much of ``n`` shared positions of ``slot`` can be reused: all of them while
+        the memory is there (a recurrent state only whole: ``n`` must be all the sequence
+        holds; sliding-window layers only while they keep the window before ``n``),
+        otherwise up to the furthest snapshot within ``n``. The one rule every reuse
+        follows (memory, copies, disk)."""
+        if n <= 0:
             return 0, None
-        if n <= 0 or self.n_swa <= 0:
-            return max(n, 0), None
-        pos_min = self.kv.seq_pos_min(slot.seq_id)
-        at = r.positions.next(n) if r is not None else n
-        return (n if 0 <= pos_min <= max(0, at - self.n_swa) else 0), None
+        if self.recurrent:
+            if n == len(slot.tokens) and not slot.rolled_back:
+                return n, None
+        elif self.n_swa <= 0 or self._window_ok(
+                slot.seq_id, r.positions.next(n) if r is not None else n):
+            return n, None
+        return self._snapshot_for(slot, n, r)
+
+    def _window_ok(self, seq: int, at: int) -> bool:
+        """Sliding-window layers of ``seq`` hold what continuing at position ``at`` needs:
+        the window before it (llama.cpp keeps only the last ``n_swa`` positions)."""
+        pos_min = self.kv.seq_pos_min(seq)
+        return 0 <= pos_min <= max(0, at - self.n_swa)
 
     def _victim(self, keep: tuple[Slot, ...] = ()) -> Slot:
         """The free slot to clear: short cached content first, then an empty slot, then the
@@ -308,80 +313,6 @@ class PrefixCache:
             self._save(dst)  # a prefix two prompts share is worth keeping across restarts
         return dst, n, "memory"
 
-    def _from_snapshot(self, r: Request, src: Slot, snap: Snapshot) -> tuple[Slot, int, str]:
-        """Continue at ``snap.pos`` of ``src``: in place, or in a copy of its first
-        ``snap.pos`` positions, with the recurrent state restored from the snapshot."""
-        n = snap.pos
-        # in place only when little is lost: past the snapshot, src's state is gone for good
-        # (its next turn could only resume from the snapshot too)
-        in_place = src.owner is None and (len(src.tokens) - n < SHORT_CACHE
-                                          or len(self.free_slots()) == 1)
-        dst = src if in_place else self._victim(keep=(src,))
-        if not in_place:
-            self._evict(dst)
-        if not self.kv.seq_rewind(dst.seq_id, r.positions.next(n), snap.data,
-                                  None if in_place else src.seq_id, last=r.positions.last(n)):
-            self._snapshot_failed(snap, f"sequence {src.seq_id}")
-            self._evict(dst)
-            return dst, 0, ""
-        if in_place:
-            self.ledger.truncate(dst.seq_id, n)
-            self.snaps.truncate(dst.seq_id, n)
-            self._tree(dst.adapters).remove(dst.seq_id)
-            dst.rolled_back = False
-        else:
-            self.ledger.copy(src.seq_id, dst.seq_id, n)
-            self.snaps.share(src.seq_id, dst.seq_id, n)
-        self.snaps.touch(snap)
-        dst.tokens = r.prompt[:n]
-        self._restored(n, "memory")
-        if in_place or self.unified:
-            self._save(dst)  # a prefix two prompts share is worth keeping across restarts
-        return dst, n, "memory"
-
-    def _restored(self, n: int, source: str) -> None:
-        if self.metrics is not None:
-            self.metrics.snapshots_restored.labels(source).inc()
-            self.metrics.snapshot_tokens_reused.inc(n)
-
-    def _snapshot_failed(self, snap: Snapshot, where: str) -> None:
-        log.warning("llama.cpp rejected the state snapshot at position %d of %s; dropped, "
-                    "the prompt is evaluated", snap.pos, where)
-        for seq in list(snap.holders):
-            self.snaps.drop(seq, snap.pos)
-        if self.metrics is not None:
-            self.metrics.snapshots_failed.inc()
-
-    def _snapshot_points(self, r: Request, start: int, shared: int) -> list[int]:
-        """Where ``r``'s prefill snapshots the recurrent state: after the first message and
-        the last few (an end-of-generation token ends a chat message), where the prompt
-        diverged from the cached sequences, and one token before the end; past ``start``,
-        never inside a media, not closer than SNAPSHOT_MIN_GAP before a later one."""
-        prompt, end = r.prompt, len(r.prompt) - 1
-        ends = [i + 1 for i in range(start, end) if prompt[i] >= 0 and self.is_eog(prompt[i])]
-        # most useful first: the first message (a new conversation with the same system
-        # prompt), where the prompt left a cached one, the prompt's end (the same prompt
-        # again), then the last messages (an agent's retried turn); a point closer than
-        # SNAPSHOT_MIN_GAP to a more useful one is left out
-        kept: list[int] = []
-        for p in (*ends[:1], shared, end, *reversed(ends[-SNAPSHOT_LAST_MESSAGES:])):
-            if start < p <= end and r.reusable(p) == p and all(
-                    abs(p - q) >= SNAPSHOT_MIN_GAP for q in kept):
-                kept.append(p)
-        return sorted(kept)
-
-    def _take_snapshot(self, slot: Slot) -> None:
-        try:
-            data = self.kv.state_get_partial(slot.seq_id)
-        except Exception:  # a snapshot not taken costs a future cache hit, nothing else
-            log.exception("could not snapshot the state of sequence %d", slot.seq_id)
-            if self.metrics is not None:
-                self.metrics.snapshots_failed.inc()
-            return
-        if self.snaps.add(slot.seq_id, len(slot.tokens), data) is not None \
-                and self.metrics is not None:
-            self.metrics.snapshots_taken.inc()
-
     def _from_disk(self, r: Request, in_memory: int, reserved: int,
                    keep: tuple[Slot, ...]) -> tuple[Slot, int, str] | None:
         """Load the stored sequence sharing the longest prefix with the prompt, then cut it
@@ -395,15 +326,15 @@ class PrefixCache:
             if DISK_MIN_SHARE * len(stored) > shared:
                 continue  # mostly another conversation: loading it costs more than it saves
             n = r.reusable(min(shared, len(r.prompt) - 1))
-            rewind = False  # recurrent memory: cut back through a snapshot stored with it
-            if self.recurrent and n < len(stored):
+            # a recurrent state or a window: cut back through a snapshot stored with it
+            rewind = n < len(stored) and self._cut_needs_snapshot(len(stored))
+            if rewind:
                 if not self.snapshots_on:
-                    continue  # a recurrent state cannot be cut back
+                    continue
                 n = max((p for p in self.disk.snapshot_positions(name)
                          if p <= n and r.reusable(p) == p), default=0)
                 if n < in_memory + DISK_MIN_GAIN:
                     continue
-                rewind = True
             if not self._room(len(stored) + 1, reserved, keep):
                 return None
             got = self.disk.read_entry(name, stored)
@@ -423,18 +354,9 @@ class PrefixCache:
                 for pos in sorted(snapshots, key=lambda p: (p == n, p)):  # n's kept last
                     self.snaps.add(dst.seq_id, pos, snapshots[pos])
             if rewind:
-                snap = self.snaps.get(dst.seq_id, n)
-                if snap is None or not self.kv.seq_rewind(dst.seq_id, r.positions.next(n),
-                                                          snap.data,
-                                                          last=r.positions.last(n)):
-                    if snap is not None:
-                        self._snapshot_failed(snap, f"disk cache entry {name}")
+                if not self._from_disk_snapshot(dst, r, n, name):
                     self._evict(dst)
                     continue
-                self.ledger.truncate(dst.seq_id, n)
-                self.snaps.truncate(dst.seq_id, n)
-                dst.tokens = dst.tokens[:n]
-                self._restored(n, "disk")
             elif n < len(stored):  # diverges (or the whole prompt was stored): cut there
                 if self._usable(dst, n, r)[0] < n or not self.kv.seq_trim(
                         dst.seq_id, r.positions.next(n)):
