@@ -179,3 +179,41 @@ def test_prompt_lookup_on_a_sliding_window_model_rolls_back_cleanly(
         assert drafted.metrics()["llamaserve_draft_tokens_accepted_total"] > 50
     finally:
         drafted.stop()
+
+
+@pytest.mark.parametrize("n_seq_max", [1, 4])
+def test_mtp_drafts_on_a_hybrid_model_keep_greedy_text(n_seq_max: int, tmp_path: Path) -> None:
+    """``draft-mtp`` through llama.cpp on the random-weight Qwen3.5-architecture file with an
+    MTP block (``tests/make_hybrid_model.py --mtp``): the head drafts, verification rejects
+    its guesses and rolls the recurrent state back, and greedy text (1 and 4 concurrent
+    requests) is the model's own. (Drafts that get accepted need a trained head:
+    ``bench/make_mtp_model.py``, ``bench/mtp.py``.)"""
+    from make_hybrid_model import default_path, write_hybrid_model
+    path = default_path(mtp=True)
+    if not path.exists():
+        write_hybrid_model(path, mtp=True)
+    model = {"path": str(path), "alias": "x", "n_ctx": 2048, "n_seq_max": n_seq_max,
+             "n_batch": 256, "n_ubatch": 256, "threads": 1, "threads_batch": 1}
+    prompts = ["def parse(line):\n", "Once upon a time", "import os\nimport sys\n",
+               "The shipping company"][:n_seq_max]
+
+    def texts(server: ServerProcess) -> list[str]:
+        def one(p: str) -> str:
+            r = httpx.post(f"{server.url}/v1/completions", timeout=300, json={
+                "model": "x", "prompt": p, "max_tokens": 24, "temperature": 0})
+            r.raise_for_status()
+            return str(r.json()["choices"][0]["text"])
+        with ThreadPoolExecutor(len(prompts)) as pool:
+            return list(pool.map(one, prompts))
+
+    plain = start_server({"model": model}, tmp_path)
+    try:
+        expected = texts(plain)
+    finally:
+        plain.stop()
+    drafted = start_server({"model": {**model, "draft_model": "draft-mtp"}}, tmp_path)
+    try:
+        assert texts(drafted) == expected
+        assert drafted.metrics()["llamaserve_draft_tokens_proposed_total"] > 0
+    finally:
+        drafted.stop()

@@ -1,6 +1,6 @@
 """MTP drafting's bookkeeping (engine.drafts.mtp.MtpDrafter) against a fake MTP context: which
 hidden row each token is paired with, what is carried between batches, what is trimmed.
-(The llama.cpp side cannot run here: no model with MTP layers is available offline.)"""
+(The llama.cpp side runs in tests/test_drafting_server.py, on a generated file.)"""
 
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ class FakeMtp:
         self.cleared: list[int] = []
         self.refuse = 0
         self.held: dict[int, int] = {}  # seq -> positions held
+        self.asked_p: list[bool] = []  # top1 asked for the probability
 
     def decode_target(self, entries: Sequence[tuple[int, Sequence[int], int]]) -> None:
         self.target = [hidden(pos + j, t) for _, tokens, pos in entries
@@ -45,8 +46,9 @@ class FakeMtp:
             self.held[seq] = max(self.held.get(seq, 0), pos + 1)
         return 0
 
-    def top1(self, index: int) -> tuple[int, float]:
+    def top1(self, index: int, with_p: bool = True) -> tuple[int, float]:
         _, token, _, _, _ = self.batches[-1][index]
+        self.asked_p.append(with_p)
         return token + 1, (0.9 if token < 100 else 0.1)  # "predicts" the next integer
 
     def row(self, index: int) -> Row:
@@ -89,6 +91,20 @@ def test_each_token_is_paired_with_the_hidden_row_of_the_token_before_it() -> No
     assert (0, 3) in fake.trims  # last step's drafted positions leave the MTP context
 
 
+def test_rows_of_skipped_sequences_keep_their_places() -> None:
+    """A prompt with media shares the target's batch (its text items have hidden rows)
+    but never drafts: the sequences after it still get their own rows."""
+    fake = FakeMtp()
+    d = MtpDrafter(fake)
+    fake.decode_target([(0, [5, 6], 0), (1, [40, 41], 0)])
+    d.absorb([(0, [5, 6], 0), (1, [40, 41], 0)], skip=frozenset({0}))
+    assert pairs(fake.batches[-1]) == [(40, 0, [0, 0]), (41, 1, [0, 40])]
+    assert d.pending[1].tolist() == [1, 41] and 0 not in d.pending and 0 not in d.known
+    fake.decode_target([(0, [7], 2)])
+    d.absorb([(0, [7], 2)], skip=frozenset({0}))  # nothing to feed: no empty batch
+    assert len(fake.batches) == 1
+
+
 def test_accept_carries_the_row_of_the_last_accepted_token() -> None:
     fake = FakeMtp()
     d = MtpDrafter(fake)
@@ -111,12 +127,14 @@ def test_propose_chains_the_heads_own_rows_for_all_sequences_in_one_batch() -> N
     assert all(out for *_, out in first)
     assert pairs(second) == [(9, 4, [1003, 8])]  # then the MTP head's own row
     assert pairs(third) == [(10, 5, [1004, 9])]
+    assert fake.asked_p and not any(fake.asked_p)  # no softmax when min_p is 0
 
 
 def test_min_p_stops_a_draft() -> None:
     fake = FakeMtp()
     d = MtpDrafter(fake, min_p=0.5)
     assert d.propose({0: (99, 3, 4)}) == {0: [100]}  # then p = 0.1 < 0.5: stop
+    assert fake.asked_p == [True, True]
 
 
 def test_a_sequence_with_a_gap_starts_afresh_and_a_full_kv_drops_finished_ones() -> None:

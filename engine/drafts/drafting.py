@@ -31,6 +31,7 @@ from engine.drafts.mtp import MtpDrafter
 from engine.drafts.mtp_runner import LlamaMtp, mtp_layers
 from engine.drafts.ngram_index import Proposal
 from engine.loading import ModelLoadError
+from engine.media.spans import is_media_token
 from engine.metrics import EngineMetrics
 from engine.request import Request
 from engine.runner import Runner
@@ -155,9 +156,12 @@ class Drafting:
         """After a target decode: the MTP head takes the batch's hidden states."""
         if self.mtp is not None:
             try:
-                # (prompts with media never draft, and the MTP head cannot read media)
-                self.mtp.absorb([(i.request.seq_id, i.tokens, i.pos) for i in items
-                                 if not i.request.media])
+                # the token items, in the order of the target's hidden rows (media chunks
+                # are decoded apart); prompts with media never draft, and the MTP head
+                # cannot read media: their rows are skipped
+                text = [i for i in items if not (i.tokens and is_media_token(i.tokens[0]))]
+                self.mtp.absorb([(i.request.seq_id, i.tokens, i.pos) for i in text],
+                                frozenset(i.request.seq_id for i in text if i.request.media))
             except Exception:
                 log.exception("MTP catch-up failed")
 

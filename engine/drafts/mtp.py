@@ -21,8 +21,10 @@ token at p together with the target's hidden state at p - 1 (``h_nextn``), so:
 The hidden-state accessors (``llama_set_embeddings_nextn``, ``llama_get_embeddings_nextn``,
 ``..._ith``) live in llama.cpp's staging header ``llama-ext.h``: exported, but with C++
 names, which ``NextnApi`` resolves. The orchestration (``MtpDrafter``) is pure Python
-over an ``MtpBackend`` and unit-tested with a fake; the llama.cpp backend could not be
-run here (no MTP model is available offline): see docs/ENGINE.md.
+over an ``MtpBackend`` and unit-tested with a fake; the llama.cpp backend runs on the
+generated Qwen3.5-architecture files (random weights in the tests; a tiny trained one in
+``bench/mtp.py``, where it accepts what llama-server's ``draft-mtp`` accepts): see
+docs/ENGINE.md.
 """
 
 from __future__ import annotations
@@ -53,8 +55,10 @@ class MtpBackend(Protocol):
         room in the KV, other values refused."""
         ...
 
-    def top1(self, index: int) -> tuple[int, float]:
-        """The MTP head's most likely token at batch index ``index`` and its probability."""
+    def top1(self, index: int, with_p: bool = True) -> tuple[int, float]:
+        """The MTP head's most likely token at batch index ``index`` and its probability
+        (1.0 unless ``with_p``: a softmax over the whole vocabulary costs more than the
+        argmax)."""
         ...
 
     def row(self, index: int) -> Row:
@@ -81,9 +85,11 @@ class MtpDrafter:
     def _zero(self) -> Row:
         return np.zeros(self.backend.n_embd, dtype=np.float32)
 
-    def absorb(self, entries: Sequence[tuple[int, Sequence[int], int]]) -> None:
-        """After a target decode of ``entries`` (seq, tokens, first position), in batch
-        order."""
+    def absorb(self, entries: Sequence[tuple[int, Sequence[int], int]],
+               skip: frozenset[int] = frozenset()) -> None:
+        """After a target decode of ``entries`` (seq, tokens, first position), every token
+        item of the batch in batch order; the sequences in ``skip`` (prompts with media:
+        they never draft) only hold their rows' places."""
         total = sum(len(tokens) for _, tokens, _ in entries)
         if total == 0:
             return
@@ -91,6 +97,9 @@ class MtpDrafter:
         batch: list[tuple[int, int, int, Row, bool]] = []
         k = 0
         for seq, tokens, pos in entries:
+            if seq in skip:
+                k += len(tokens)
+                continue
             if self.backend.seq_end(seq) < pos:
                 # positions the target got elsewhere (prefix cache, disk): start this
                 # sequence afresh (its drafts see less context, and stay correct)
@@ -104,6 +113,8 @@ class MtpDrafter:
             self.rows[seq] = h[k:k + len(tokens)].copy()
             self.pending[seq] = self.rows[seq][-1]
             k += len(tokens)
+        if not batch:
+            return
         status = self.backend.process(batch)
         if status == 1:  # the MTP KV is full of finished sequences: let them go
             busy = {seq for seq, _, _ in entries}
@@ -112,8 +123,8 @@ class MtpDrafter:
                 self.forget(seq)
             status = self.backend.process(batch)
         if status != 0:
-            log.warning("MTP context refused a batch of %d tokens (%d)", total, status)
-        self.known.update(seq for seq, _, _ in entries)
+            log.warning("MTP context refused a batch of %d tokens (%d)", len(batch), status)
+        self.known.update(seq for seq, _, _ in entries if seq not in skip)
 
     def accept(self, seq: int, accepted: int, keep: int) -> None:
         """After verifying ``seq``'s draft: ``accepted`` drafted tokens kept, ``keep``
@@ -138,7 +149,7 @@ class MtpDrafter:
                 break
             following = []
             for index, (seq, _, pos, _, _) in enumerate(batch):
-                token, p = self.backend.top1(index)
+                token, p = self.backend.top1(index, self.min_p > 0)
                 if p < self.min_p:
                     continue
                 drafts[seq].append(token)

@@ -62,8 +62,11 @@ class LlamaMtp:
             L.llama_batch_ext_set_output_logits(b, idx, out)
         return int(L.llama_process(self.ctx, L.LLAMA_PROCESS_TYPE_DECODE, b))
 
-    def top1(self, index: int) -> tuple[int, float]:
-        return self.target.argmax(index, self.ctx)
+    def top1(self, index: int, with_p: bool = True) -> tuple[int, float]:
+        if with_p:
+            return self.target.argmax(index, self.ctx)
+        ptr = L.llama_get_logits_ith(self.ctx, index)
+        return int(np.ctypeslib.as_array(ptr, shape=(self.target.n_vocab,)).argmax()), 1.0
 
     def row(self, index: int) -> Row:
         ptr = self.api.get_ith(self.ctx, index)
