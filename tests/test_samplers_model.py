@@ -1,6 +1,9 @@
-"""Grammar sampling on the real model (Qwen2.5-Coder-0.5B, in-process runner): checking the
-best candidates first gives the same tokens as checking every candidate (greedy and seeded
-sampling), and sampled answers at temperature 1 always match the schema."""
+"""Sampling on the real model (Qwen2.5-Coder-0.5B, in-process runner). Without a grammar,
+the shortcuts (greedy as numpy's argmax, a top_k chain given only the logits near the
+highest) pick exactly the tokens llama.cpp's chain picks from the whole vocabulary. With
+one, checking the best candidates first gives the same tokens as checking every candidate
+(greedy and seeded sampling), and sampled answers at temperature 1 always match the
+schema."""
 
 from __future__ import annotations
 
@@ -16,7 +19,7 @@ from engine.config import ModelConfig
 from engine.grammar import json_grammar, tool_call_grammar
 from engine.request import SamplingParams
 from engine.runner import Runner
-from engine.sampling.samplers import GrammarChain
+from engine.sampling.samplers import Chain
 
 SCHEMA = {
     "type": "object",
@@ -53,12 +56,12 @@ def runner() -> Iterator[Runner]:
         r.close()
 
 
-def generate(runner: Runner, params: SamplingParams, n: int, fast: bool = True
-             ) -> tuple[list[int], int]:
+def generate(runner: Runner, params: SamplingParams, n: int, fast: bool = True,
+             prompt_text: str = PROMPT) -> tuple[list[int], int]:
     """Up to n tokens (stops at end of generation); and how many steps checked every
-    candidate."""
-    runner.samplers.grammar_fast = fast
-    prompt = runner.vocabulary.tokenize(PROMPT, add_special=False, parse_special=True)
+    candidate (a grammar) or sampled from the whole vocabulary (no grammar)."""
+    runner.samplers.grammar_fast = runner.samplers.shortcuts = fast
+    prompt = runner.vocabulary.tokenize(prompt_text, add_special=False, parse_special=True)
     runner.seq_clear(0)
     sampler = runner.new_sampler(params, prompt)
     out: list[int] = []
@@ -72,11 +75,54 @@ def generate(runner: Runner, params: SamplingParams, n: int, fast: bool = True
             out.append(token)
             status, last = runner.decode_tokens([(0, [token], len(prompt) + len(out) - 1)])
             assert status == 0
-        full = sampler.full if isinstance(sampler, GrammarChain) else 0
-        return out, full
+        return out, sampler.full
     finally:
         runner.free_sampler(sampler)
-        runner.samplers.grammar_fast = True
+        runner.samplers.grammar_fast = runner.samplers.shortcuts = True
+
+
+STORY = ("<|im_start|>user\nTell me a short story about a lighthouse keeper.<|im_end|>\n"
+         "<|im_start|>assistant\n")
+NO_GRAMMAR = {
+    "greedy": SamplingParams(temperature=0.0),
+    "defaults": DEFAULTS,
+    "hot, wide top_k": replace(DEFAULTS, temperature=1.5, top_k=200, top_p=1.0, min_p=0.0),
+    "top_k 1": replace(DEFAULTS, top_k=1),
+    "top_k 3, top_p 0.5": replace(DEFAULTS, top_k=3, top_p=0.5, min_p=0.0),
+    "min_p only": replace(DEFAULTS, top_k=0, top_p=1.0, min_p=0.2),
+    "penalties": replace(DEFAULTS, penalty_last_n=32, repeat_penalty=1.2,
+                         presence_penalty=-0.5),
+    "logit bias, greedy": SamplingParams(temperature=0.0, logit_bias=((90, 3.0),)),
+}
+
+
+@pytest.mark.parametrize("name", NO_GRAMMAR)
+def test_shortcuts_sample_what_the_whole_vocabulary_gives(runner: Runner, name: str) -> None:
+    for seed in (7, 8):
+        params = replace(NO_GRAMMAR[name], seed=seed)
+        quick, full = generate(runner, params, 40, prompt_text=STORY)
+        assert quick == generate(runner, params, 40, fast=False, prompt_text=STORY)[0]
+        pointwise = bool(params.logit_bias) or params.penalized
+        if not pointwise and (params.greedy or params.top_k):
+            assert full <= len(quick) // 8 + 1, f"{name}: {full} samples of the whole vocabulary"
+        else:  # bias and penalties change logits first: the whole vocabulary every time
+            assert full == len(quick) + (len(quick) < 40)
+        if params.greedy:
+            break  # a seed changes nothing
+
+
+def test_a_chain_knows_which_shortcut_it_may_take(runner: Runner) -> None:
+    made = {name: runner.new_sampler(p, [1, 2, 3]) for name, p in NO_GRAMMAR.items()}
+    try:
+        kinds = {name: (c.argmax, c.top_k) for name, c in made.items()
+                 if isinstance(c, Chain)}
+        assert kinds == {"greedy": (True, 0), "defaults": (False, 40),
+                         "hot, wide top_k": (False, 200), "top_k 1": (False, 1),
+                         "top_k 3, top_p 0.5": (False, 3), "min_p only": (False, 0),
+                         "penalties": (False, 0), "logit bias, greedy": (False, 0)}
+    finally:
+        for c in made.values():
+            runner.free_sampler(c)
 
 
 GRAMMARS = {"json_schema": json_grammar(SCHEMA).text,

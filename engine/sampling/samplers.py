@@ -1,11 +1,18 @@
 """Per-request sampler chains over llama.cpp's samplers (engine thread; a grammar has
 been parsed once already, in ``engine.sampling.grammar_check``'s child process).
 
-A request without a grammar gets one llama.cpp chain: logit bias and penalties, then top_k /
-top_p / min_p, then greedy or temperature + dist. With a grammar it gets a ``GrammarChain``,
-the same samplers kept in parts, so that the grammar is asked about the best candidates only
-whenever ``engine.sampling.grammar_plan`` shows that gives exactly what asking it about every
-candidate would.
+A request without a grammar gets a ``Chain``: one llama.cpp chain of logit bias and
+penalties, then top_k / top_p / min_p, then greedy or temperature + dist. With a grammar it
+gets a ``GrammarChain``, the same samplers kept in parts, so that the grammar is asked about
+the best candidates only whenever ``engine.sampling.grammar_plan`` shows that gives exactly
+what asking it about every candidate would.
+
+``llama_sampler_sample`` starts by copying every logit of the vocabulary into a candidate
+array, and top_k then sorts through all of them: over a 50k-150k vocabulary that is most of
+a sampled token's cost. Two exact shortcuts skip it (``Chain``): plain greedy is the first
+highest logit (numpy's argmax, which breaks ties the same way), and a chain that starts with
+top_k picks the same token from any candidates that contain the k best, so it is handed
+only the logits above a window under the maximum.
 """
 
 from __future__ import annotations
@@ -30,8 +37,42 @@ from engine.sampling.grammar_plan import (
 
 L: Any = llama_cpp  # the C API, untyped (see engine.runner)
 
+# a top_k chain's next floor lets in about this many times k of the current logits (at
+# least WINDOW_MIN_RANKS): a margin for the next token's logits to lie lower
+WINDOW_RANKS = 4
+WINDOW_MIN_RANKS = 256
+WINDOW = 4.0  # the first window under the highest logit when the floor lets too few in
+
+
+def _address_binding() -> Any:
+    """``llama_get_logits_ith`` returning the address as an int (the bindings' version
+    returns a ctypes float pointer, slower to turn into a numpy view)."""
+    fn = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32)
+    return fn(("llama_get_logits_ith", L.llama_cpp._lib))
+
+
+_logits_address = _address_binding()
+_NONE = np.zeros(0, np.intp)
+
 # llama_token_data {id, logit, p} as a numpy record, for candidate arrays built in numpy
 _TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)])
+
+
+@dataclass
+class Chain:
+    """A request's samplers without a grammar: one llama.cpp chain (``ptr``) and how it can
+    be run on fewer candidates than the whole vocabulary. ``argmax``: plain greedy (no
+    logit bias, no penalties), the token is the first highest logit. ``top_k`` (> 0): the
+    chain's first sampler is top_k, so it is given the candidates at or above ``floor``
+    when at least ``top_k`` of them are (the floor follows the request's logits from
+    token to token); otherwise the whole vocabulary, as llama.cpp does."""
+
+    ptr: Any
+    argmax: bool = False
+    top_k: int = 0
+    floor: float = -np.inf  # the logit the candidates of the next token start at
+    windowed: int = 0  # tokens sampled from the window
+    full: int = 0  # tokens sampled from the whole vocabulary
 
 
 @dataclass
@@ -67,6 +108,13 @@ class Samplers:
         self._checks = [(n, L.llama_sampler_init_top_k(n)) for n in (CHECK, 32 * CHECK)
                         if n < n_vocab]
         self.grammar_fast = True  # False: the grammar checks every candidate (tests, bench)
+        self.shortcuts = True  # False: every Chain samples the whole vocabulary (tests, bench)
+        self._row_type = ctypes.c_float * n_vocab
+        # the candidates a top_k chain samples from (grown on demand)
+        self.n_window = 0
+        self._window: Any = None
+        self._window_address = 0
+        self._window_ptr: Any = None
 
     def close(self) -> None:
         for _, top in self._checks:
@@ -79,10 +127,13 @@ class Samplers:
         if p.grammar:
             return self._grammar_chain(p, history)
         chain = self._chain()
-        if p.logit_bias or p.penalized:
+        pointwise = bool(p.logit_bias or p.penalized)
+        if pointwise:
             self._add_pointwise(chain, p, history)
         self._add_choice(chain, p)
-        return chain
+        return Chain(chain, argmax=p.greedy and not pointwise,
+                     top_k=0 if pointwise or p.greedy or p.top_k >= self.n_vocab else
+                     max(p.top_k, 0))
 
     @staticmethod
     def _chain() -> Any:
@@ -171,7 +222,7 @@ class Samplers:
                 if part:
                     L.llama_sampler_free(part)
         elif sampler:
-            L.llama_sampler_free(sampler)
+            L.llama_sampler_free(sampler.ptr)
 
     def accept(self, sampler: Any, token: int) -> None:
         """A token chosen without sampling (a forced one): the grammar and penalties see it
@@ -179,12 +230,72 @@ class Samplers:
         if isinstance(sampler, GrammarChain):
             self._accept(sampler, token)
         else:
-            L.llama_sampler_accept(sampler, token)
+            L.llama_sampler_accept(sampler.ptr, token)
 
     def sample(self, sampler: Any, batch_index: int) -> int:
         if isinstance(sampler, GrammarChain):
             return self._sample_grammar(sampler, batch_index)
-        return int(L.llama_sampler_sample(sampler, self.ctx, batch_index))
+        if sampler.argmax and self.shortcuts:  # greedy keeps no state: nothing to accept
+            return int(self._logits(batch_index).argmax())
+        if sampler.top_k and self.shortcuts:
+            token = self._sample_window(sampler, batch_index)
+            if token is not None:
+                return token
+        sampler.full += 1
+        return int(L.llama_sampler_sample(sampler.ptr, self.ctx, batch_index))
+
+    def _logits(self, batch_index: int) -> Any:
+        """The output row of batch position ``batch_index``, as a numpy view."""
+        address = _logits_address(self.ctx, batch_index)
+        if not address:
+            raise ValueError(f"no logits at batch position {batch_index}")
+        return np.frombuffer(self._row_type.from_address(address),  # type: ignore[call-overload]
+                             dtype=np.float32)
+
+    def _sample_window(self, c: Chain, batch_index: int) -> int | None:
+        """The chain run on the logits at or above ``c.floor`` (in id order, as llama.cpp's
+        array is), when at least ``c.top_k`` are there: they include the k best, so top_k
+        keeps the same k, and everything after it (top_p, min_p, temperature, dist) sees
+        the same k. With too few the floor drops to a window under the highest logit, then
+        widens (None after three tries: the caller samples the whole vocabulary). The next
+        token's floor is set to let about ``WINDOW_RANKS * k`` of this token's logits in."""
+        row = self._logits(batch_index)
+        ids = np.flatnonzero(row >= c.floor) if c.floor > -np.inf else _NONE
+        if len(ids) < c.top_k:
+            peak, window = float(row.max()), WINDOW
+            for _ in range(3):
+                ids = np.flatnonzero(row >= peak - window)
+                if len(ids) >= c.top_k:
+                    break
+                window *= 4.0
+            else:
+                c.floor = -np.inf
+                return None
+        n = len(ids)
+        if n > self.n_window:
+            self._grow_window(n)
+        logits = row[ids]
+        target = max(WINDOW_RANKS * c.top_k, WINDOW_MIN_RANKS)
+        if n > 2 * target:  # too wide: raise the floor to the target's rank
+            c.floor = float(np.partition(logits, n - target)[n - target])
+        elif n < 2 * c.top_k:  # nearly too narrow: lower it by the spread of the k best
+            c.floor -= float(logits.max()) - float(np.partition(logits, n - c.top_k)[n - c.top_k])
+        cand = self._window
+        cand["id"][:n] = ids
+        cand["logit"][:n] = logits
+        cand["p"][:n] = 0.0
+        cur = L.llama_token_data_array(self._window_ptr, n, -1, False)
+        L.llama_sampler_apply(c.ptr, ctypes.byref(cur))
+        token = int(cand["id"][cur.selected])  # (llama.cpp's samplers reorder in place)
+        L.llama_sampler_accept(c.ptr, token)
+        c.windowed += 1
+        return token
+
+    def _grow_window(self, n: int) -> None:
+        self.n_window = min(self.n_vocab, max(n, 2 * self.n_window))
+        self._window = np.zeros(self.n_window, _TOKEN_DATA)
+        self._window_address = self._window.ctypes.data
+        self._window_ptr = ctypes.cast(self._window_address, L.llama_token_data_p)
 
     def _candidates(self, batch_index: int) -> Any:
         """Every token with its logit, in id order, as a llama_token_data_array over the
