@@ -581,7 +581,10 @@ class Engine:
             delta.text += r.detok.flush()
             self._finish(r, "length", out, delta)
             return False
-        out.append((r, delta))
+        if r.whole:
+            r.held.append(delta)
+        else:
+            out.append((r, delta))
         return True
 
     def _finish(self, r: Request, reason: str, out: list[tuple[Request, Delta]],
@@ -603,6 +606,9 @@ class Engine:
             if r.detok is not None and reason == "length":
                 delta.text = r.detok.flush()
         delta.finish_reason = reason
+        if r.held:
+            r.held.append(delta)
+            delta, r.held = Delta.joined(r.held), []
         out.append((r, delta))
 
     def _fail(self, r: Request, error: EngineError, out: list[tuple[Request, Delta]]) -> None:

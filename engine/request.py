@@ -77,6 +77,27 @@ class Delta:
     stop_sequence: str | None = None  # the stop string that ended it (finish "stop")
     error: EngineError | None = None
 
+    @staticmethod
+    def joined(deltas: list[Delta]) -> Delta:
+        """One delta with what several consecutive ones of a request carried (the output
+        of a request whose consumer reads only the finished result)."""
+        last = deltas[-1]
+        logprobs = [lp for d in deltas if d.logprobs for lp in d.logprobs]
+        return Delta(
+            index=last.index, text="".join(d.text for d in deltas),
+            token_ids=[t for d in deltas for t in d.token_ids],
+            logprobs=logprobs if any(d.logprobs is not None for d in deltas) else None,
+            prompt_logprobs=next((d.prompt_logprobs for d in deltas
+                                  if d.prompt_logprobs is not None), None),
+            finish_reason=last.finish_reason,
+            prompt_tokens=max(d.prompt_tokens for d in deltas),
+            completion_tokens=last.completion_tokens,
+            cached_tokens=max(d.cached_tokens for d in deltas),
+            timed_out=any(d.timed_out for d in deltas),
+            stop_sequence=next((d.stop_sequence for d in reversed(deltas)
+                                if d.stop_sequence), None),
+            error=last.error)
+
 
 class EngineError(Exception):
     """An engine-side failure delivered to a request (maps to an HTTP 500)."""
@@ -128,6 +149,10 @@ class Request:
     positions: PositionMap = IDENTITY
     priority: int = 0  # admission order: lower first (interactive 0, batch BACKGROUND)
     reasoning: ReasoningGuard | None = None  # an open reasoning block with a budget
+    # the consumer reads only the finished result (a response that is not streamed): the
+    # engine holds the output and hands it over once, with the end, instead of each step
+    whole: bool = False
+    held: list[Delta] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.media:

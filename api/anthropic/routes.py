@@ -153,7 +153,8 @@ async def create_message(request: Request) -> Response:
                          format_param="tools", media=request.state.media)
     gen = state.client.generate([prep.prompt], prep.params, 1, param="messages",
                                 media=prep.media, adapters=state.adapters(cbody),
-                                clamp=True)  # max_tokens beyond the room left: cut
+                                clamp=True,  # max_tokens beyond the room left: cut
+                                whole=not req.stream)
     msg_id = "msg_" + secrets.token_hex(12)
     head = {"id": msg_id, "type": "message", "role": "assistant", "model": state.model_name}
 

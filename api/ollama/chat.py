@@ -46,7 +46,7 @@ async def chat(request: Request) -> Response:
     prep = await prepare(state, messages, rules, extra, params, messages_param="messages",
                          format_param="format", media=media)
     gen = state.client.generate([prep.prompt], prep.params, 1, param="messages",
-                                media=prep.media,
+                                media=prep.media, whole=not call.stream,
                                 adapters=state.adapters(Body({"model": call.resolved.matched})))
     timings.submit()
     parser = MessageStream(state.layout, in_reasoning=prep.in_reasoning, tools=rules.tools)

@@ -97,7 +97,7 @@ async def generate(request: Request) -> Response:
         parser = MessageStream(state.layout, in_reasoning=prep.in_reasoning)
         shape = GenerateShape(name, None if prep.media else prep.prompt)
     gen = state.client.generate([prep.prompt], prep.params, 1, param="prompt",
-                                media=prep.media,
+                                media=prep.media, whole=not call.stream,
                                 adapters=state.adapters(Body({"model": call.resolved.matched})))
     timings.submit()
     return await respond(request, state, gen, parser, shape, stream=call.stream, timings=timings)

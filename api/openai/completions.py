@@ -118,7 +118,7 @@ async def create_completion(request: Request) -> Response:
     else:
         tokenized = await state.client.run(_tokenize_all, state.model, prompts)
     gen = state.client.generate([t for t, _ in tokenized], params, n, param="prompt",
-                                adapters=state.adapters(body))
+                                adapters=state.adapters(body), whole=not stream)
     echoes = [text if echo else "" for _, text in tokenized]
     cid, created = new_id("cmpl"), int(time.time())
     base = {"id": cid, "object": "text_completion", "created": created, "model": state.model_name}

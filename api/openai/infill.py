@@ -138,7 +138,8 @@ async def infill(request: Request) -> Response:
     prompt = await state.client.run(fim_prompt, state.model, fim, inp,
                                     _room(state, params.max_tokens))
     gen = state.client.generate([prompt], params, 1, param="input_prefix",
-                                adapters=state.adapters(body))
+                                adapters=state.adapters(body),
+                                whole=not body.boolean("stream", False))
     started = time.monotonic()
     prompt_text = await state.client.run(state.model.detokenize, prompt, True)
 

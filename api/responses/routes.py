@@ -33,8 +33,9 @@ class ResponseRun:
     def __init__(self, state: ModelState, req: ResponseRequest,
                  history: list[dict[str, Any]],
                  scope: MutableMapping[str, Any] | None = None,
-                 session: str | None = None) -> None:
+                 session: str | None = None, whole: bool = False) -> None:
         self.state, self.req = state, req
+        self.whole = whole  # only the finished response is read (not streamed)
         self.scope: MutableMapping[str, Any] = scope if scope is not None else {}
         self.base = [*history, *req.input_messages]  # what later turns continue from
         seal = state.seal.seal if "reasoning.encrypted_content" in req.include else None
@@ -71,7 +72,8 @@ class ResponseRun:
             prep = dataclasses.replace(prep, params=dataclasses.replace(
                 prep.params, max_tokens=1, grammar=None, grammar_triggers=()))
         gen = self.gen = state.client.generate([prep.prompt], prep.params, 1, param="input",
-                                               media=prep.media, adapters=state.adapters(body))
+                                               media=prep.media, adapters=state.adapters(body),
+                                               whole=self.whole)
         parser = MessageStream(state.layout, in_reasoning=prep.in_reasoning, tools=rules.tools)
         for event in self.builder.start():
             yield event
@@ -152,7 +154,8 @@ async def create_response(request: Request) -> Response:
     state.require_chat()
     req = parse_request(body, state.seal.open)
     run = ResponseRun(state, req, await _history(state, req.previous_response_id),
-                      request.scope, noted_session(request.scope))
+                      request.scope, noted_session(request.scope),
+                      whole=not body.boolean("stream", False))
     events = run.events()
     if body.boolean("stream", False):
         first = await anext(events)  # validation errors become a 4xx before the stream
