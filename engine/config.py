@@ -162,7 +162,9 @@ class ModelConfig:
     prefill_step_target: float = 2.0
     threads: int = field(default_factory=lambda: os.cpu_count() or 4)
     threads_batch: int | None = None
-    kv_unified: bool = True
+    # one KV pool for all sequences, or one per sequence (None: one pool up to
+    # UNIFIED_UP_TO sequences; see engine.loading.kv_unified)
+    kv_unified: bool | None = None
     swa_full: bool = False
     # recurrent / hybrid models: RAM for recurrent-state snapshots at message ends, so a
     # prompt sharing part of a cached sequence resumes there (0 = off)

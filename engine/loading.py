@@ -123,6 +123,23 @@ def load_model(path: str, cfg: ModelConfig, keep: list[Any]) -> tuple[Any, RpcBa
     return model, rpc
 
 
+# model.kv_unified unset: one KV pool up to this many sequences, one per sequence above
+UNIFIED_UP_TO = 4
+
+
+def kv_unified(cfg: ModelConfig, n_seq_max: int | None = None, embeddings: bool = False
+               ) -> bool:
+    """Whether a context's sequences share one KV pool. As configured; unset, they do up
+    to ``UNIFIED_UP_TO`` sequences (and in embedding contexts) and each has its own above.
+    In one pool a sequence may use all of ``n_ctx`` and copied prefixes share cells, but
+    every token's attention spans every cell in use, cached sequences' included, so with
+    many sequences each step pays for all of them; llama-server splits likewise when
+    given ``-np N``."""
+    if cfg.kv_unified is not None:
+        return cfg.kv_unified
+    return embeddings or (n_seq_max or cfg.n_seq_max) <= UNIFIED_UP_TO
+
+
 def new_context(model: Any, cfg: ModelConfig, *, embeddings: bool = False,
                 n_ctx: int | None = None, n_seq_max: int | None = None,
                 mtp_of: Any = None) -> Any:
@@ -144,7 +161,7 @@ def new_context(model: Any, cfg: ModelConfig, *, embeddings: bool = False,
     cp.n_seq_max = n_seq_max or cfg.n_seq_max
     cp.n_threads = cfg.threads
     cp.n_threads_batch = cfg.n_threads_batch
-    cp.kv_unified = cfg.kv_unified
+    cp.kv_unified = kv_unified(cfg, n_seq_max, embeddings)
     cp.swa_full = cfg.swa_full
     cp.no_perf = True
     cp.embeddings = embeddings

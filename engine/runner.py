@@ -18,7 +18,15 @@ import numpy as np
 from engine.backends.rpc import RpcBackend
 from engine.backends.threadpool import attach as attach_threadpools
 from engine.config import ModelConfig
-from engine.loading import L, ModelLoadError, init_backend, library_version, load_model, new_context
+from engine.loading import (
+    L,
+    ModelLoadError,
+    init_backend,
+    kv_unified,
+    library_version,
+    load_model,
+    new_context,
+)
 from engine.media.spans import MediaSpan, is_media_token, span_at
 from engine.request import SamplingParams, TokenLogprob
 from engine.sampling.grammar_check import GrammarChecker
@@ -83,7 +91,7 @@ class Runner:
         self.n_ctx_seq = int(L.llama_n_ctx_seq(self.ctx))
         self.n_seq_max = int(L.llama_n_seq_max(self.ctx))
         self.n_batch = int(L.llama_n_batch(self.ctx))
-        self.unified = cfg.kv_unified or self.n_seq_max == 1
+        self.unified = kv_unified(cfg, embeddings=self.embedding_only) or self.n_seq_max == 1
         # sliding-window attention keeps only the last window unless swa_full
         self.n_swa = 0 if cfg.swa_full else int(L.llama_model_n_swa(self.model))
         self._batch = NumpyBatch(self.n_batch)
@@ -398,7 +406,8 @@ class Runner:
         cache's compatibility key)."""
         c = self.cfg
         return {"llama_cpp": library_version(), "type_k": c.type_k, "type_v": c.type_v,
-                "n_ctx": self.n_ctx, "n_ctx_seq": self.n_ctx_seq, "kv_unified": c.kv_unified,
+                "n_ctx": self.n_ctx, "n_ctx_seq": self.n_ctx_seq,
+                "kv_unified": kv_unified(c, embeddings=self.embedding_only),
                 "swa_full": c.swa_full, "flash_attn": c.flash_attn,
                 "loras": [[x.name, x.scale, self._adapter_files.get(x.name)] for x in c.loras
                           if x.scale != 0],

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from engine.config import ConfigError, load, parse
+from engine.loading import kv_unified
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -124,7 +125,7 @@ NOT_FOR_AGENTS = {  # configs no agent client can use, and why
                                         if p.name not in NOT_FOR_AGENTS))
 def test_shipped_chat_configs_fit_the_agent_clients(name: str) -> None:
     cfg = parse(json.loads((ROOT / "configs" / name).read_text())).model
-    per_sequence = cfg.n_ctx if cfg.kv_unified else cfg.n_ctx // cfg.n_seq_max
+    per_sequence = cfg.n_ctx if kv_unified(cfg) else cfg.n_ctx // cfg.n_seq_max
     need = max(CLIENT_PROMPTS.values()) + ANSWER_ROOM
     assert per_sequence >= need, (
         f"{name}: a sequence gets {per_sequence} tokens of context; "
@@ -163,3 +164,15 @@ def test_unreadable_and_malformed_files(tmp_path: Path) -> None:
     broken.write_text("{ nope")
     with pytest.raises(ConfigError, match="invalid JSON at line 1"):
         load(broken)
+
+
+@pytest.mark.parametrize(("n_seq_max", "set_to", "embeddings", "unified"), [
+    (1, None, False, True), (4, None, False, True), (5, None, False, False),
+    (64, None, False, False), (64, None, True, True), (64, True, False, True),
+    (2, False, False, False)])
+def test_one_kv_pool_by_default_up_to_four_sequences(n_seq_max: int, set_to: bool | None,
+                                                     embeddings: bool, unified: bool) -> None:
+    model: dict[str, object] = {"path": "m.gguf", "n_seq_max": n_seq_max}
+    if set_to is not None:
+        model["kv_unified"] = set_to
+    assert kv_unified(parse({"model": model}).model, embeddings=embeddings) is unified
