@@ -127,8 +127,12 @@ def test_concurrent_requests_are_batched_and_score_alike(server: ServerProcess,
                                  range(8)))
     for a, b in zip(alone, together, strict=True):
         assert [r["index"] for r in a["results"]] == [r["index"] for r in b["results"]]
+        # float noise only (an answer mixed up with another request's is off by ~1): in
+        # batches of other sizes llama.cpp's attention (flash attention, f16) sums in
+        # other orders, and this random-weight model's large activations carry that to
+        # up to ~0.006 (seen in runs of this test)
         assert [r["relevance_score"] for r in b["results"]] == pytest.approx(
-            [r["relevance_score"] for r in a["results"]], abs=1e-4)
+            [r["relevance_score"] for r in a["results"]], abs=0.02)
 
 
 def error(server: ServerProcess, path: str, body: dict[str, Any]) -> dict[str, Any]:

@@ -98,17 +98,15 @@ NO_GRAMMAR = {
 
 @pytest.mark.parametrize("name", NO_GRAMMAR)
 def test_shortcuts_sample_what_the_whole_vocabulary_gives(runner: Runner, name: str) -> None:
-    for seed in (7, 8):
+    for seed in (7, 8) if name == "defaults" else (7,):
         params = replace(NO_GRAMMAR[name], seed=seed)
-        quick, full = generate(runner, params, 40, prompt_text=STORY)
-        assert quick == generate(runner, params, 40, fast=False, prompt_text=STORY)[0]
+        quick, full = generate(runner, params, 32, prompt_text=STORY)
+        assert quick == generate(runner, params, 32, fast=False, prompt_text=STORY)[0]
         pointwise = bool(params.logit_bias) or params.penalized
         if not pointwise and (params.greedy or params.top_k):
             assert full <= len(quick) // 8 + 1, f"{name}: {full} samples of the whole vocabulary"
         else:  # bias and penalties change logits first: the whole vocabulary every time
-            assert full == len(quick) + (len(quick) < 40)
-        if params.greedy:
-            break  # a seed changes nothing
+            assert full == len(quick) + (len(quick) < 32)
 
 
 def test_a_chain_knows_which_shortcut_it_may_take(runner: Runner) -> None:
