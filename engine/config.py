@@ -54,6 +54,9 @@ class ServerConfig:
     drain_timeout: float = 30.0  # seconds SIGTERM/SIGINT wait for in-flight requests
     reasoning_key: str | None = None  # seals Responses reasoning (else $LLAMASERVE_REASONING_KEY)
     keepalive_seconds: float = 10.0  # SSE comment when a stream is silent this long; 0 = off
+    # the chat completion field of an answer's reasoning: "reasoning_content" (llama-server,
+    # DeepSeek), "reasoning" (vLLM, OpenRouter) or "both"
+    reasoning_field: str = "reasoning_content"
     playground: bool = True  # the chat page at /
     max_json_depth: int = 64  # nesting of arrays/objects in a body or WebSocket frame
     max_string_length: int = 4 * 1024 * 1024  # characters of one JSON string

@@ -89,9 +89,10 @@ def test_forced_calls_and_json_wait_for_the_end_of_reasoning() -> None:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     schema = load_config("qwen3.5-0.8b.json")["model"]["response_schema"]
-    srv = start_server(tiny_qwen_config(chat_template=THINKING_TEMPLATE, response_schema=schema,
-                                       n_ctx=4096, n_seq_max=4),
-                       tmp_path_factory.mktemp("thinking"))
+    cfg = tiny_qwen_config(chat_template=THINKING_TEMPLATE, response_schema=schema,
+                           n_ctx=4096, n_seq_max=4)
+    cfg["server"]["reasoning_field"] = "both"  # llama-server's name and vLLM's
+    srv = start_server(cfg, tmp_path_factory.mktemp("thinking"))
     yield srv
     srv.stop()
 
@@ -247,3 +248,30 @@ def test_responses_api_forced_call_after_budgeted_thinking(client: OpenAI) -> No
         assert "reasoning" in kinds and kinds[-1] == "function_call", kinds
         call = r.output[-1]
         valid_call(call.name, call.arguments)  # type: ignore[union-attr]
+
+
+def test_reasoning_comes_under_the_names_the_config_asks_for(client: OpenAI) -> None:
+    ask = {"model": "tiny-qwen", "messages": [{"role": "user", "content": "hi"}],
+           "max_tokens": 12, "temperature": 0, "extra_body": {"reasoning_budget_tokens": 6}}
+    message = client.chat.completions.create(**ask).choices[0].message.model_dump()
+    assert message["reasoning_content"] and message["reasoning"] == message["reasoning_content"]
+    seen: dict[str, str] = {"reasoning_content": "", "reasoning": ""}
+    for chunk in client.chat.completions.create(**ask, stream=True):
+        delta = chunk.choices[0].delta.model_dump() if chunk.choices else {}
+        for name in seen:
+            seen[name] += delta.get(name) or ""
+    assert seen["reasoning_content"] == seen["reasoning"] == message["reasoning"]
+
+    def prompt_tokens(**turn: str) -> int:
+        messages = [{"role": "user", "content": "hi"},
+                    {"role": "assistant", "content": "hello", **turn},
+                    {"role": "user", "content": "and?"}]
+        r = client.chat.completions.create(model="tiny-qwen", messages=messages,
+                                           max_tokens=1)  # type: ignore[arg-type]
+        assert r.usage is not None
+        return r.usage.prompt_tokens
+
+    # an earlier turn's reasoning is read under either name (the template renders it)
+    plain = prompt_tokens()
+    assert prompt_tokens(reasoning="I think so.") == \
+        prompt_tokens(reasoning_content="I think so.") > plain

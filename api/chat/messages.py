@@ -120,6 +120,9 @@ def parse_messages(body: Body, media: MediaRefs | None = None) -> list[dict[str,
         if role not in ROLES:
             raise invalid(f"{where}.role", f"unknown role {role!r}")
         message = {**m, "content": _content(m, where, media)}
+        if isinstance(m.get("reasoning"), str) and "reasoning_content" not in m:
+            # vLLM's and OpenRouter's name for it: templates read reasoning_content
+            message["reasoning_content"] = message.pop("reasoning")
         if m.get("tool_calls"):
             message["tool_calls"] = _tool_calls(m["tool_calls"], where)
         elif message["content"] is None:

@@ -49,11 +49,18 @@ def _finish_reason(reason: str | None, message: MessageDelta) -> str | None:
     return "tool_calls" if reason == "stop" and message.tool_calls else reason
 
 
-def _message(m: MessageDelta) -> dict[str, Any]:
+def _reasoning(field: str, text: str) -> dict[str, str]:
+    """An answer's reasoning under the field name(s) ``server.reasoning_field`` says."""
+    if field == "both":
+        return {"reasoning_content": text, "reasoning": text}
+    return {field: text}
+
+
+def _message(m: MessageDelta, field: str) -> dict[str, Any]:
     out: dict[str, Any] = {"role": "assistant",
                            "content": m.content if m.content or not m.tool_calls else None}
     if m.reasoning:
-        out["reasoning_content"] = m.reasoning
+        out.update(_reasoning(field, m.reasoning))
     if m.tool_calls:
         out["tool_calls"] = [_call_json(c) for c in m.tool_calls]
     return out
@@ -73,6 +80,7 @@ async def create_chat_completion(request: Request) -> Response:
     if top is not None and not want_logprobs:
         raise invalid("top_logprobs", "'top_logprobs' requires 'logprobs': true")
     include_usage = bool((body.obj("stream_options") or {}).get("include_usage"))
+    field = state.config.server.reasoning_field
     rules = parse_rules(body)
     extra = dict(body.obj("chat_template_kwargs") or {})
     if body.has("reasoning_effort"):
@@ -117,7 +125,7 @@ async def create_chat_completion(request: Request) -> Response:
                     lp = _logprobs_json(state.model, d.logprobs) \
                         if want_logprobs and d.logprobs else None
                     if new.reasoning:
-                        yield chunk(d.index, {"reasoning_content": new.reasoning})
+                        yield chunk(d.index, _reasoning(field, new.reasoning))
                     if new.content or lp is not None:
                         yield chunk(d.index, {"content": new.content} if new.content else {}, lp)
                     for part in new.calls:
@@ -151,7 +159,7 @@ async def create_chat_completion(request: Request) -> Response:
         p.finish()
         choices.append({
             "index": res.index,
-            "message": _message(p.message),
+            "message": _message(p.message, field),
             "logprobs": _logprobs_json(state.model, res.logprobs) if want_logprobs else None,
             "finish_reason": _finish_reason(res.finish_reason, p.message),
         })
