@@ -215,6 +215,13 @@ class ModelHandle:
         return self._runner.n_ctx_seq
 
     @property
+    def state_snapshots(self) -> bool:
+        """The prefix cache keeps state snapshots (recurrent or sliding-window memory): a
+        prompt resumes only where one was taken, so message ends inside a turn matter
+        (``Request.message_ends``)."""
+        return self._engine.cache.snapshots_on
+
+    @property
     def n_seq_max(self) -> int:
         """Sequences decoded together."""
         return self._runner.n_seq_max

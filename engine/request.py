@@ -132,6 +132,10 @@ class Request:
     cached_tokens: int = 0  # prompt tokens reused from the prefix cache, not evaluated
     # prompt positions where prefill ends a chunk so the cache snapshots the recurrent state
     snapshot_at: list[int] = field(default_factory=list)
+    # prompt positions where a message's text ends without an end-of-generation token after
+    # it (a system prompt the template folds into the first user turn), set by the API: the
+    # cache snapshots there as at message ends
+    message_ends: tuple[int, ...] = ()
     output: list[int] = field(default_factory=list)
     cancelled: bool = False
     finish_reason: str | None = None

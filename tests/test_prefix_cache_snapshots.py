@@ -78,6 +78,24 @@ def test_a_second_conversation_resumes_after_the_system_prompt() -> None:
     check_in_sync(s, kv)
 
 
+def test_a_system_prompt_inside_the_first_turn_is_a_snapshot_point_too() -> None:
+    """Gemma's template folds the system prompt into the first user turn: no end token
+    follows it, so the API marks where its text ends (``Request.message_ends``)."""
+    s, kv, metrics = snapshotting()
+    system = [*range(100, 900)]  # no EOT after it
+    a = req([*system, *user(1000), *HEAD])
+    a.message_ends = (len(system),)
+    run_to_end(s, kv, a)
+    assert len(system) in s.cache.snaps.positions(a.seq_id)
+    b = req([*system, *user(3000, 50), *HEAD])  # the same system prompt, another question
+    b.message_ends = (len(system),)
+    s.add(b)
+    step(s, kv)
+    assert b.cached_tokens == len(system)  # resumed from the snapshot, not evaluated again
+    assert value(metrics, "llamaserve_state_snapshots_restored_total", source="memory") == 1
+    check_in_sync(s, kv)
+
+
 def test_a_busy_sequence_serves_its_snapshot_by_copy() -> None:
     s, kv, _ = snapshotting(n_batch=1024)
     a = req([*SYS, *user(1000), *HEAD])

@@ -154,7 +154,8 @@ async def create_message(request: Request) -> Response:
     gen = state.client.generate([prep.prompt], prep.params, 1, param="messages",
                                 media=prep.media, adapters=state.adapters(cbody),
                                 clamp=True,  # max_tokens beyond the room left: cut
-                                whole=not req.stream)
+                                whole=not req.stream,
+                                message_ends=prep.message_ends)
     msg_id = "msg_" + secrets.token_hex(12)
     head = {"id": msg_id, "type": "message", "role": "assistant", "model": state.model_name}
 

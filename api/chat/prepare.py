@@ -38,6 +38,7 @@ class Prepared:
     params: SamplingParams
     in_reasoning: bool  # the template opened a reasoning block in the prompt
     media: tuple[MediaSpan, ...] = ()
+    message_ends: tuple[int, ...] = ()  # engine.request.Request.message_ends
 
 
 def thinking_budget(rules: OutputRules, extra: dict[str, Any], params: SamplingParams,
@@ -56,6 +57,10 @@ def thinking_budget(rules: OutputRules, extra: dict[str, Any], params: SamplingP
     if rules.constrained:
         return params.max_tokens // 2 if params.max_tokens else CONSTRAINED_BUDGET
     return None
+
+
+# a system prompt shorter than this is cheap to evaluate again: no snapshot point for it
+SYSTEM_END_MIN_CHARS = 256
 
 
 def _prepare(model: ModelHandle, template: ChatTemplate, layout: StreamLayout,
@@ -79,7 +84,31 @@ def _prepare(model: ModelHandle, template: ChatTemplate, layout: StreamLayout,
                              parse_special=True)
         params = dataclasses.replace(params, reasoning=ReasoningBudget(
             budget, layout.reasoning_end, tuple(end)))
-    return Prepared(tokens, params, in_reasoning, spans)
+    ends = system_end(model, text, tokens, messages) if model.state_snapshots and not spans \
+        else ()
+    return Prepared(tokens, params, in_reasoning, spans, ends)
+
+
+def system_end(model: ModelHandle, text: str, tokens: list[int],
+               messages: list[dict[str, Any]]) -> tuple[int, ...]:
+    """Where the system prompt's own text ends in the prompt's tokens (a position no
+    end-of-generation token marks when the template folds the system prompt into the
+    first user turn, as Gemma's does): the prefix cache snapshots the state there, so a
+    new conversation with the same system prompt resumes from it. () when the text is
+    not found or its tokens do not start the prompt's."""
+    first = messages[0] if messages else {}
+    content = first.get("content")
+    if first.get("role") not in ("system", "developer") or not isinstance(content, str) \
+            or len(content) < SYSTEM_END_MIN_CHARS:
+        return ()
+    at = text.find(content)
+    if at < 0:
+        return ()
+    ids = model.tokenize(text[: at + len(content)], add_special=False, parse_special=True)
+    if tokens and tokens[0] == model.bos_token and (not ids or ids[0] != model.bos_token):
+        ids = [model.bos_token, *ids]
+    n = len(ids) - 1  # the last token may merge with the text after it
+    return (n,) if n > 0 and tokens[:n] == ids[:n] else ()
 
 
 def with_grammar(model: ModelHandle, rules: OutputRules, layout: StreamLayout,

@@ -47,7 +47,8 @@ async def chat(request: Request) -> Response:
                          format_param="format", media=media)
     gen = state.client.generate([prep.prompt], prep.params, 1, param="messages",
                                 media=prep.media, whole=not call.stream,
-                                adapters=state.adapters(Body({"model": call.resolved.matched})))
+                                adapters=state.adapters(Body({"model": call.resolved.matched})),
+                                message_ends=prep.message_ends)
     timings.submit()
     parser = MessageStream(state.layout, in_reasoning=prep.in_reasoning, tools=rules.tools)
     return await respond(request, state, gen, parser, ChatShape(name), stream=call.stream,

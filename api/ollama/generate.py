@@ -98,7 +98,8 @@ async def generate(request: Request) -> Response:
         shape = GenerateShape(name, None if prep.media else prep.prompt)
     gen = state.client.generate([prep.prompt], prep.params, 1, param="prompt",
                                 media=prep.media, whole=not call.stream,
-                                adapters=state.adapters(Body({"model": call.resolved.matched})))
+                                adapters=state.adapters(Body({"model": call.resolved.matched})),
+                                message_ends=prep.message_ends)
     timings.submit()
     return await respond(request, state, gen, parser, shape, stream=call.stream, timings=timings)
 

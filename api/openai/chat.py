@@ -93,7 +93,8 @@ async def create_chat_completion(request: Request) -> Response:
                          format_param="response_format", media=media)
     gen = state.client.generate([prep.prompt], prep.params, n, param="messages",
                                 media=prep.media, adapters=state.adapters(body),
-                                whole=not stream)
+                                whole=not stream,
+                                message_ends=prep.message_ends)
     cid, created = new_id("chatcmpl"), int(time.time())
     base = {"id": cid, "object": "chat.completion.chunk", "created": created,
             "model": state.model_name}

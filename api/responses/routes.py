@@ -73,7 +73,8 @@ class ResponseRun:
                 prep.params, max_tokens=1, grammar=None, grammar_triggers=()))
         gen = self.gen = state.client.generate([prep.prompt], prep.params, 1, param="input",
                                                media=prep.media, adapters=state.adapters(body),
-                                               whole=self.whole)
+                                               whole=self.whole,
+                                               message_ends=prep.message_ends)
         parser = MessageStream(state.layout, in_reasoning=prep.in_reasoning, tools=rules.tools)
         for event in self.builder.start():
             yield event

@@ -140,12 +140,14 @@ class EngineClient:
     def generate(self, prompts: Sequence[list[int]], params: SamplingParams, n: int,
                  param: str = "prompt", media: tuple[MediaSpan, ...] = (),
                  adapters: tuple[tuple[str, float], ...] = (),
-                 clamp: bool = False, whole: bool = False) -> Generation:
+                 clamp: bool = False, whole: bool = False,
+                 message_ends: tuple[int, ...] = ()) -> Generation:
         """Admission-check and submit every (prompt, choice); all or nothing. ``clamp``:
         a ``max_tokens`` beyond the context's room is cut to it (the Anthropic API).
         ``whole``: the caller reads only the finished result (a response that is not
         streamed), so each sequence's output arrives once, at its end, instead of waking
-        the event loop at every engine step."""
+        the event loop at every engine step. ``message_ends``: positions in the prompt
+        where a message's text ends inside a turn (``Prepared.message_ends``)."""
         count = len(prompts) * n
         if self.outstanding + count > self.max_outstanding:
             raise APIError("The server is at capacity (its queue is full); retry shortly.",
@@ -169,7 +171,8 @@ class EngineClient:
                                         consumer=queue, index=p_index * n + i,
                                         deadline=deadline, adapters=adapters,
                                         media=tuple(s.fresh() for s in media),
-                                        priority=PRIORITY.get(), whole=whole))
+                                        priority=PRIORITY.get(), whole=whole,
+                                        message_ends=message_ends))
         background = len(requests) if PRIORITY.get() else 0
         self.outstanding += len(requests)
         self.background += background

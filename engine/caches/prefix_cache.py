@@ -34,7 +34,8 @@ not).
 Snapshots lift most of both limits (``engine.caches.snapshot_paths``,
 ``engine.caches.snapshots``, ``model.state_snapshots_max_bytes``):
 at admission a request gets ``snapshot_at``, prompt positions agents come back to — the end
-of each message (right after an end-of-generation token such as ``<|im_end|>``: the first,
+of each message (right after an end-of-generation token such as ``<|im_end|>``, or where the
+API marks a system prompt's text ending inside the first turn: the first,
 the system prompt, and the last few), where the prompt diverged from every cached sequence,
 and one token before its end — and the scheduler ends a prefill chunk at each, so
 ``committed`` copies the partial state (the recurrent state, or the window layers' window;

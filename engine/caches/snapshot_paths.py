@@ -162,11 +162,13 @@ class SnapshotPaths:
 
     def _snapshot_points(self, r: Request, start: int, shared: int) -> list[int]:
         """Where ``r``'s prefill snapshots its state: after the first message and the last
-        few (an end-of-generation token ends a chat message), where the prompt diverged
+        few (an end-of-generation token ends a chat message, and so does each of
+        ``r.message_ends``), where the prompt diverged
         from the cached sequences, and one token before the end; past ``start``, never
         inside a media, not closer than SNAPSHOT_MIN_GAP before a later one."""
         prompt, end = r.prompt, len(r.prompt) - 1
-        ends = [i + 1 for i in range(start, end) if prompt[i] >= 0 and self.is_eog(prompt[i])]
+        ends = sorted({i + 1 for i in range(start, end) if prompt[i] >= 0 and
+                       self.is_eog(prompt[i])} | {p for p in r.message_ends if start < p <= end})
         # most useful first: the first message (a new conversation with the same system
         # prompt), where the prompt left a cached one, the prompt's end (the same prompt
         # again), then the last messages (an agent's retried turn); a point closer than
