@@ -36,6 +36,11 @@ sys.path.insert(0, str(ROOT / "tests"))
 from conftest import ServerProcess, qwen_config, start_server, tiny_qwen_config  # noqa: E402
 from report import report  # noqa: E402
 
+# One client for the whole run: httpx builds an SSL context per client (~45 ms of CPU here),
+# so a new client per status poll would take a third of a core from the server being timed.
+HTTP = httpx.Client(timeout=600, limits=httpx.Limits(max_connections=16))
+POLL_SECONDS = 0.2
+
 TOPICS = ["rivers", "bridges", "compilers", "violins", "glaciers", "markets", "lighthouses",
           "orchards", "satellites", "libraries", "volcanoes", "harbors"]
 
@@ -51,7 +56,7 @@ def probe(server: ServerProcess, i: int, tokens: int, model: str) -> tuple[float
     """(TTFT, mean inter-token latency) of one streamed request, seconds."""
     started = time.perf_counter()
     stamps: list[float] = []
-    with httpx.stream("POST", f"{server.base_url}/chat/completions", timeout=300,
+    with HTTP.stream("POST", f"{server.base_url}/chat/completions",
                       json={**body(1000 + i, tokens, model), "stream": True}) as r:
         for line in r.iter_lines():
             if line.startswith("data: {") and '"content":"' in line.replace(" ", "") \
@@ -74,23 +79,23 @@ def submit(server: ServerProcess, bodies: list[dict[str, Any]]) -> str:
     content = b"".join(json.dumps({"custom_id": f"r{i}", "method": "POST",
                                    "url": "/v1/chat/completions", "body": b}).encode() + b"\n"
                        for i, b in enumerate(bodies))
-    f = httpx.post(f"{server.base_url}/files", files={"file": ("in.jsonl", content)},
-                   data={"purpose": "batch"}, timeout=60).json()
-    batch = httpx.post(f"{server.base_url}/batches", timeout=60, json={
+    f = HTTP.post(f"{server.base_url}/files", files={"file": ("in.jsonl", content)},
+                  data={"purpose": "batch"}).json()
+    batch = HTTP.post(f"{server.base_url}/batches", json={
         "input_file_id": f["id"], "endpoint": "/v1/chat/completions",
         "completion_window": "24h"}).json()
     return str(batch["id"])
 
 
 def status(server: ServerProcess, batch_id: str) -> dict[str, Any]:
-    data: dict[str, Any] = httpx.get(f"{server.base_url}/batches/{batch_id}", timeout=60).json()
+    data: dict[str, Any] = HTTP.get(f"{server.base_url}/batches/{batch_id}").json()
     return data
 
 
 def wait(server: ServerProcess, batch_id: str) -> dict[str, Any]:
     while (b := status(server, batch_id))["status"] not in ("completed", "failed",
                                                               "cancelled", "expired"):
-        time.sleep(0.1)
+        time.sleep(POLL_SECONDS)
     return b
 
 
@@ -120,8 +125,8 @@ def main() -> None:
                 bodies = [body(start + i, args.tokens, model) for i in range(args.lines)]
                 started = time.perf_counter()
                 with ThreadPoolExecutor(args.n_seq) as pool:
-                    list(pool.map(lambda b: httpx.post(f"{server.base_url}/chat/completions",
-                                                       json=b, timeout=600), bodies))
+                    list(pool.map(lambda b: HTTP.post(f"{server.base_url}/chat/completions",
+                                                      json=b), bodies))
                 interactive_s += time.perf_counter() - started
                 bodies = [body(start + args.lines + i, args.tokens, model)
                           for i in range(args.lines)]
@@ -136,7 +141,7 @@ def main() -> None:
             time.sleep(1.0)
             ttft1, itl1, first1 = probes(server, args.probes, args.probe_tokens, model)
             running = status(server, big)["status"] == "in_progress"
-            httpx.post(f"{server.base_url}/batches/{big}/cancel", timeout=60)
+            HTTP.post(f"{server.base_url}/batches/{big}/cancel")
             wait(server, big)
         finally:
             server.stop()

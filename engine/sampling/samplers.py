@@ -271,6 +271,7 @@ class Samplers:
             else:
                 c.floor = -np.inf
                 return None
+            c.floor = peak - window  # the adjustments below start from the window used
         n = len(ids)
         if n > self.n_window:
             self._grow_window(n)
