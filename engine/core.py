@@ -307,7 +307,7 @@ class Engine:
                     pass
             r.status = Status.FINISHED
             out.append((r, Delta(index=r.index, error=error, finish_reason="error",
-                                 prompt_tokens=len(r.prompt),
+                                 prompt_tokens=r.n_prompt,
                                  completion_tokens=len(r.output))))
         return out
 
@@ -345,7 +345,7 @@ class Engine:
                 continue
             self.metrics.timeouts.inc()
             if r.output:
-                delta = Delta(index=r.index, prompt_tokens=len(r.prompt),
+                delta = Delta(index=r.index, prompt_tokens=r.n_prompt,
                               completion_tokens=len(r.output), cached_tokens=r.cached_tokens,
                               timed_out=True)
                 if r.detok is not None:
@@ -367,7 +367,10 @@ class Engine:
         plan = self.scheduler.schedule()
         now = time.monotonic()
         for r in plan.admitted:
-            self.metrics.queue_seconds.observe(now - r.t_submit)
+            if not r.suspensions:
+                self.metrics.queue_seconds.observe(now - r.t_submit)
+        if plan.suspended:
+            self.metrics.suspended.inc(len(plan.suspended))
         for r in plan.preempted:
             self._finish(r, "length", out)
         if plan.items:
@@ -557,7 +560,7 @@ class Engine:
             self.metrics.itl_seconds.observe(now - r.t_last)
         r.t_last = now
         delta = Delta(index=r.index, token_ids=[token], completion_tokens=len(r.output),
-                      prompt_tokens=len(r.prompt), cached_tokens=r.cached_tokens)
+                      prompt_tokens=r.n_prompt, cached_tokens=r.cached_tokens)
         if len(r.output) == 1 and r.params.prompt_logprobs:
             delta.prompt_logprobs = r.prompt_logprobs
         if r.params.logprobs is not None:
@@ -601,7 +604,7 @@ class Engine:
         if r.t_submit:
             self.metrics.e2e_seconds.observe(time.monotonic() - r.t_submit)
         if delta is None:
-            delta = Delta(index=r.index, prompt_tokens=len(r.prompt),
+            delta = Delta(index=r.index, prompt_tokens=r.n_prompt,
                           completion_tokens=len(r.output), cached_tokens=r.cached_tokens)
             if r.detok is not None and reason == "length":
                 delta.text = r.detok.flush()
@@ -612,7 +615,7 @@ class Engine:
         out.append((r, delta))
 
     def _fail(self, r: Request, error: EngineError, out: list[tuple[Request, Delta]]) -> None:
-        delta = Delta(index=r.index, error=error, prompt_tokens=len(r.prompt),
+        delta = Delta(index=r.index, error=error, prompt_tokens=r.n_prompt,
                       completion_tokens=len(r.output))
         self._finish(r, "error", out, delta, keep_kv=False)
 

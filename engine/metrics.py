@@ -130,6 +130,9 @@ class EngineMetrics:
         self.batch_tokens = Histogram(
             "llamaserve_engine_batch_tokens", "Tokens in one llama_decode.",
             buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048), registry=r)
+        self.suspended = Counter(
+            "llamaserve_sequences_suspended", "Background (batch) sequences that gave their "
+            "sequence up to a waiting interactive request.", registry=r)
         self.timeouts = Counter(
             "llamaserve_request_timeouts", "Sequences ended by server.request_timeout.",
             registry=r)

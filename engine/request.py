@@ -157,8 +157,13 @@ class Request:
     # engine holds the output and hands it over once, with the end, instead of each step
     whole: bool = False
     held: list[Delta] = field(default_factory=list)
+    n_prompt: int = -1  # the prompt's length as it came (usage); set from ``prompt``
+    folded: int = 0  # output tokens moved into ``prompt`` by ``suspend``
+    suspensions: int = 0  # times it gave its sequence up (its reuse then is its own work)
 
     def __post_init__(self) -> None:
+        if self.n_prompt < 0:
+            self.n_prompt = len(self.prompt)
         if self.media:
             self.positions = PositionMap.of(self.media)
         if self.params.reasoning is not None:
@@ -166,7 +171,28 @@ class Request:
 
     @property
     def num_tokens(self) -> int:
-        return len(self.prompt) + len(self.output)
+        return len(self.prompt) + len(self.output) - self.folded
+
+    @property
+    def new_output(self) -> list[int]:
+        """The output after the prompt: what ``suspend`` did not move into it."""
+        return self.output[self.folded:] if self.folded else self.output
+
+    def suspend(self) -> None:
+        """The request gave up its sequence (a waiting interactive request needed it) and
+        waits to be admitted again. Its output so far joins the prompt, so admission finds
+        prompt + output in the prefix cache (the sequence it left holds all but the last
+        sampled token, unless another request took it since) and evaluates only that token,
+        whose logits give the next one: what the next decode would have done. The sampler,
+        detokenizer and budget stay as they are."""
+        self.prompt = [*self.prompt, *self.new_output]
+        self.folded = len(self.output)
+        self.suspensions += 1
+        self.seq_id = -1
+        self.num_computed = 0
+        self.snapshot_at = []
+        self.draft = []
+        self.draft_state = None  # prompt lookup indexes the prompt once
 
     @property
     def prefill_done(self) -> bool:

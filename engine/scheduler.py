@@ -13,6 +13,11 @@ models a prefill chunk ends exactly at each of the request's ``snapshot_at`` pos
 LoRA adapters apply to the whole llama context, so a step serves one adapter set: when
 requests with different sets are running, steps take turns between the sets (round
 robin), and the waiting queue's head is admitted on its set's turn (FIFO is kept).
+
+Batch lines run at background priority: waiting interactive requests are admitted first,
+take a line's sequence when none is free (``Request.suspend``), and prefill whole, not in
+the chunks that keep other streams' inter-token latency short (a batch line has no reader
+waiting for its next token).
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ class BatchItem:
 class StepPlan:
     items: list[BatchItem] = field(default_factory=list)
     preempted: list[Request] = field(default_factory=list)  # ended for lack of KV cells
+    suspended: list[Request] = field(default_factory=list)  # gave their sequence up, waiting
     admitted: list[Request] = field(default_factory=list)  # left the waiting queue this step
     adapters: tuple[tuple[str, float], ...] = ()  # the LoRA set every item runs under
 
@@ -102,7 +108,7 @@ class Scheduler:
         return next((a for a in order if last is not None and a > last), order[0])
 
     def schedule(self) -> StepPlan:
-        plan = StepPlan(preempted=self._preempt())
+        plan = StepPlan(preempted=self._preempt(), suspended=self._yield_sequences())
         turn = plan.adapters = self._last_set = self._adapter_turn()
         budget = self.n_batch
         decoding = [r for r in self.running if r.prefill_done and r.adapters == turn]
@@ -117,7 +123,7 @@ class Scheduler:
             room -= len(draft)
             plan.items.append(BatchItem(r, [*r.next_tokens(1), *draft], r.num_computed, True,
                                         len(draft)))
-        if plan.items:
+        if any(i.request.priority == 0 for i in plan.items):  # (batch lines' ITL: no matter)
             budget = min(budget, self.prefill_chunk if self.step_budget is None else
                          min(self.prefill_chunk,
                              self.step_budget.prefill_tokens(plan.num_tokens)))
@@ -153,6 +159,32 @@ class Scheduler:
         plan.items.append(BatchItem(r, tokens, r.num_computed, last))
         return len(tokens)
 
+    def _yield_sequences(self) -> list[Request]:
+        """Interactive requests do not wait for batch lines to finish: while more of them
+        wait than sequences are free, running background requests give theirs up
+        (``Request.suspend``), those with the least computed first, and wait again, first
+        among the background ones. Their KV stays as cache while nobody takes the
+        sequence (or on disk); once it is taken, coming back re-evaluates prompt + output
+        in one prefill, as vLLM's recompute preemption does."""
+        urgent = 0
+        while urgent < len(self.waiting) and self.waiting[urgent].priority == 0:
+            urgent += 1
+        need = urgent - (len(self.cache.slots) - len(self.running))
+        if need <= 0:
+            return []
+        victims = sorted((r for r in self.running if r.priority > 0 and _suspendable(r)),
+                         key=lambda r: (r.num_computed, -r.id))[:need]
+        for r in sorted(victims, key=lambda r: -r.id):  # the oldest ends up first in line
+            self.running.remove(r)
+            self.cache.release(r, keep=True)
+            r.suspend()
+            r.status = Status.WAITING
+            at = 0
+            while at < len(self.waiting) and self.waiting[at].priority < r.priority:
+                at += 1
+            self.waiting.insert(at, r)
+        return victims
+
     def _pending_prefill(self) -> int:
         return sum(len(r.prompt) - r.num_computed for r in self.running if not r.prefill_done)
 
@@ -179,3 +211,10 @@ class Scheduler:
         for item in plan.items:
             item.request.num_computed += len(item.tokens)
             self.cache.committed(item.request, item.tokens)
+
+
+def _suspendable(r: Request) -> bool:
+    """Whether ``r`` can give its sequence up and come back through the prefix cache as if
+    nothing happened (media spans and prompt logprobs are not re-evaluated that way)."""
+    return (r.params.cache_prompt and not r.params.prompt_logprobs and not r.media
+            and not r.cancelled)

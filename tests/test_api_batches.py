@@ -337,6 +337,45 @@ def test_kill_9_mid_batch_resumes_and_answers_each_line_once(tmp_path: Path) -> 
         server.stop()
 
 
+def test_an_interactive_request_does_not_wait_for_batch_lines(tmp_path: Path) -> None:
+    """Every sequence holds a batch line when a user's request comes: a line gives its
+    sequence up at once (llamaserve_sequences_suspended), the user's answer is done
+    while that line still waits, and the line later carries on where it was: every batch
+    answer equals the same request sent alone (Qwen2.5-Coder-0.5B, greedy)."""
+    from conftest import qwen_config
+    n, tokens = 3, 64
+    server = batch_server(qwen_config(n_seq_max=2), tmp_path)
+    try:
+        client = OpenAI(base_url=server.base_url, api_key="unused", max_retries=0)
+        model = "qwen2.5-coder-0.5b-instruct"
+        bodies = [{"model": model, "temperature": 0, "max_tokens": tokens,
+                   "messages": [{"role": "user", "content": f"Count from {i} to {i + 99}."}]}
+                  for i in range(n)]
+        f = client.files.create(file=("input.jsonl", jsonl("/v1/chat/completions", bodies)),
+                                purpose="batch")
+        batch = client.batches.create(input_file_id=f.id, endpoint="/v1/chat/completions",
+                                      completion_window="24h")
+        deadline = time.monotonic() + 60
+        while server.metrics()["llamaserve_batch_lines_running"] < 2:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        user = {"model": model, "temperature": 0, "max_tokens": 4,
+                "messages": [{"role": "user", "content": "Say hi."}]}
+        answer = httpx.post(f"{server.base_url}/chat/completions", json=user, timeout=60)
+        assert answer.status_code == 200
+        counts = client.batches.retrieve(batch.id).request_counts
+        assert counts is not None and counts.completed + counts.failed == 0  # none ended yet
+        assert server.metrics()["llamaserve_sequences_suspended_total"] >= 1
+        done = wait(client, batch.id)
+        assert done.status == "completed", done
+        out = lines(client, done.output_file_id)
+        for i, body in enumerate(bodies):
+            alone = httpx.post(f"{server.base_url}/chat/completions", json=body, timeout=60)
+            same_chat(out[f"req-{i}"]["response"]["body"], alone.json())
+    finally:
+        server.stop()
+
+
 def test_each_api_key_sees_its_own_and_queues_within_its_limit(tmp_path: Path) -> None:
     server = batch_server(tiny_qwen_config(), tmp_path, api_keys=["key-a", "key-b"],
                           batch_max_queued_lines=5)

@@ -155,3 +155,78 @@ def test_interactive_requests_are_admitted_before_waiting_batch_lines() -> None:
     assert [i.request for i in plan.items] == [first]
     s.remove(first)
     assert [i.request for i in s.schedule().items] == [i1]
+
+
+def test_a_waiting_interactive_request_takes_a_batch_lines_sequence() -> None:
+    """Request.suspend: with every sequence held by batch lines, a waiting interactive
+    request gets the sequence of the line with the least computed at once; the line waits
+    first among the background ones, its output joined to its prompt, and comes back
+    where it was: one prefill of prompt + output (the user took its sequence) whose last
+    logits give its next token, its usage counted as before."""
+    from engine.request import BACKGROUND
+    s = Sched(n_seq_max=2, n_batch=512, kv_capacity=4096)
+    b1, b2, b3 = req(7, max_new=50), req(6, max_new=50), req(6, max_new=50)
+    for b in (b1, b2, b3):
+        b.priority = BACKGROUND
+        s.add(b)
+    run_step(s, s.schedule())  # b1, b2 prefill and sample their first token
+    for _ in range(3):
+        run_step(s, s.schedule())
+    assert len(b2.output) == 4 and b2.num_computed == 6 + 3
+    prompt, output = list(b2.prompt), list(b2.output)
+    user = req(5)
+    s.add(user)
+    plan = s.schedule()
+    assert plan.suspended == [b2] and b2.status is Status.WAITING
+    assert list(s.waiting) == [b2, b3]
+    assert [i.request for i in plan.items] == [b1, user]  # the user prefills this step
+    assert b2.prompt == prompt + output and b2.output == output and b2.n_prompt == 6
+    assert b2.num_tokens == 6 + 4
+    run_step(s, plan)
+    s.remove(user)
+    plan = s.schedule()
+    resumed = next(i for i in plan.items if i.request is b2)
+    assert resumed.tokens == prompt + output and resumed.pos == 0 and resumed.logits
+    assert b2.cached_tokens == 0  # its own work, not the cache's
+    run_step(s, plan, sampled=8)
+    assert b2.output == [*output, 8] and b2.num_computed == 10
+    assert s.schedule().items[-1].tokens == [8]  # and it decodes on as before
+
+
+def test_nothing_is_suspended_while_a_sequence_is_free_or_for_another_batch_line() -> None:
+    from engine.request import BACKGROUND
+    s = Sched(n_seq_max=2, n_batch=512, kv_capacity=4096)
+    b1 = req(6)
+    b1.priority = BACKGROUND
+    s.add(b1)
+    run_step(s, s.schedule())
+    user = req(4)
+    s.add(user)
+    assert s.schedule().suspended == []  # a sequence was free
+    b2, b3 = req(4), req(4)
+    b2.priority = b3.priority = BACKGROUND
+    s.remove(user)
+    s.add(b2)
+    run_step(s, s.schedule())
+    s.add(b3)
+    assert s.schedule().suspended == []  # batch lines wait for each other
+
+
+def test_prefill_is_not_chunked_for_the_sake_of_batch_lines() -> None:
+    """The prefill chunk keeps running streams' steps short; batch lines have no reader
+    waiting, so beside them an interactive prompt prefills with the whole batch."""
+    from engine.request import BACKGROUND
+    s = Scheduler(PrefixCache(4, FakeKv(), capacity=4096), n_batch=256, prefill_chunk=16)
+    line = req(4)
+    line.priority = BACKGROUND
+    s.add(line)
+    run_step(s, s.schedule())
+    user = req(100)
+    s.add(user)
+    plan = s.schedule()
+    assert [len(i.tokens) for i in plan.items] == [1, 100]
+    s.remove(line)
+    run_step(s, plan)
+    other = req(100)
+    s.add(other)  # beside an interactive stream the chunk applies
+    assert [len(i.tokens) for i in s.schedule().items] == [1, 16]

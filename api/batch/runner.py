@@ -5,7 +5,8 @@ each line's result as it finishes, and writes the output and error files.
 
 Concurrency: the model's sequences (``server.batch_max_inflight``) while no interactive
 request runs; no new line while they do; the scheduler admits waiting interactive
-requests before batch lines (``engine.request.Request.priority``).
+requests before batch lines (``engine.request.Request.priority``), and a running line
+gives its sequence up to one that finds none free (``Request.suspend``).
 """
 
 from __future__ import annotations
@@ -223,9 +224,10 @@ class BatchService:
     def _slots(self, endpoint: str) -> int:
         """Lines in flight. Generation: with no interactive request running or seen in the
         last ``BUSY_HOLD`` seconds, the model's sequences (``server.batch_max_inflight``);
-        while interactive requests run, none start (those running finish: a batch line is
-        not preempted), so interactive steps stay as short as without the batch. Waiting
-        interactive requests are admitted before batch lines (``Request.priority``).
+        while interactive requests run, none start, so interactive steps stay as short as
+        without the batch. Waiting interactive requests are admitted before batch lines
+        (``Request.priority``), and take a running line's sequence when none is free
+        (the engine suspends the line; it carries on later where it was).
         Embedding lines hold no sequence: a few at a time, packed with other requests'
         inputs."""
         if endpoint == "/v1/embeddings":

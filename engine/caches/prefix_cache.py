@@ -222,9 +222,11 @@ class PrefixCache(SnapshotPaths):
         self._tree(r.adapters).insert(slot.seq_id, r.prompt)
         r.seq_id = slot.seq_id
         r.num_computed = reused
-        r.cached_tokens = reused
         r.snapshot_at = self._snapshot_points(r, reused, match.shared) \
             if self.snapshots_on and r.params.cache_prompt else []
+        if r.suspensions:  # back after giving its sequence up: the reuse is its own work
+            return True
+        r.cached_tokens = reused
         if self.metrics is not None and reused:
             self.metrics.prompt_tokens_cached.labels(source).inc(reused)
         return True

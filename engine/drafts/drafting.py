@@ -99,7 +99,7 @@ class Drafting:
             longest = k_max if s.limit is None else s.limit.limit
             room = max(0, min(longest, r.max_new_tokens - len(r.output) - 1))
             if self.lookup is not None:
-                s.proposal = self.lookup.propose(r.prompt, r.output, s, room)
+                s.proposal = self.lookup.propose(r.prompt, r.new_output, s, room)
                 n = len(s.proposal.tokens)
             else:
                 s.proposal = Proposal([], "model" if self.model is not None else "mtp")
@@ -110,7 +110,7 @@ class Drafting:
             draft_cost = self.draft_token_seconds
             setup = [] if self.model is None else [
                 self.sync_token_seconds * self.model.lag(
-                    r.seq_id, len(r.prompt) + len(r.output), len(r.output))
+                    r.seq_id, r.num_tokens, len(r.new_output))
                 for r in decoding]
         else:
             cost, draft_cost, setup = default_cost, 0.0, []
@@ -134,7 +134,7 @@ class Drafting:
         """Run the draft model or the MTP head for the sequences that draft, timing the
         drafting loop (catching up with the target is not the price of a drafted token)."""
         if self.model is not None:
-            work = {seq: ([*r.prompt, *r.output], k) for seq, (r, k) in wanting.items()}
+            work = {seq: ([*r.prompt, *r.new_output], k) for seq, (r, k) in wanting.items()}
             started = time.perf_counter()
             fed = self.model.sync({seq: history for seq, (history, _) in work.items()})
             if fed:
