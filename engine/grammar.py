@@ -272,3 +272,46 @@ def _xml_grammar(tools: list[dict[str, Any]], start: str, end: str, *,
     conv._add_rule("call-block", f'{_gbnf_literal(start + chr(10))} call '
                                  f'{_gbnf_literal(chr(10) + end)}')
     return _blocks(conv, schemas, parallel=parallel, lazy=lazy, start=start, after=after)
+
+
+HARMONY_TEXT = '([^<] | "<" [^|])*'  # a final answer: any text but a harmony token
+
+
+def harmony_grammar(tools: list[dict[str, Any]], *, forced: bool,
+                    schema: dict[str, Any] | None, json_mode: bool,
+                    after: str | None) -> Grammar:
+    """gpt-oss's answer after its analysis channel (``after``, the end of that channel:
+    the grammar is lazy on it; None: the prompt ends with ``<|start|>assistant``): a
+    ``commentary`` message calling one of ``tools`` with JSON arguments of its parameters,
+    or (not ``forced``) a ``final`` message holding a JSON value of ``schema`` (``json_mode``)
+    or any text. One call per answer: ``<|call|>`` ends generation."""
+    conv, schemas = _converter(), SchemaSet()
+    answers = []
+    if tools:
+        try:
+            calls = []
+            for i, (tool, params) in enumerate(zip(tools, tool_parameters(tools),
+                                                   strict=True)):
+                name = tool["function"]["name"]
+                args = _visit(conv, schemas.root(_local(schemas, params,
+                                                        f"tools.{name}.parameters")),
+                              f"fn{i}-args")
+                head = f" to=functions.{name} <|constrain|>json<|message|>"
+                calls.append(conv._add_rule(f"fn{i}", f"{_gbnf_literal(head)} {args}"))
+        except GrammarError as exc:
+            raise _tools_error(exc) from None
+        answers.append(conv._add_rule("call", f'"<|channel|>commentary" ({" | ".join(calls)})'))
+    if not forced:
+        if json_mode:
+            value = _visit(conv, schemas.root(_local(
+                schemas, schema if schema is not None else {"type": "object"}, "schema")),
+                "json-value")
+        else:
+            value = conv._add_rule("final-text", HARMONY_TEXT)
+        answers.append(conv._add_rule("final", f'"<|channel|>final<|message|>" {value}'))
+    body = " | ".join(answers)
+    if after is None:
+        conv._add_rule("root", body)
+        return _grammar(conv, schemas)
+    conv._add_rule("root", f'{_gbnf_literal(after + "<|start|>assistant")} ({body})')
+    return _grammar(conv, schemas, (_trigger(after),))

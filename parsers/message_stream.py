@@ -17,11 +17,15 @@ tool call too: small models often answer that way.
 Tool calls stream: a call is announced (a ``CallChunk`` with its name) as soon as
 its name is known, JSON arguments (``{"name": ..., "arguments": {...}}`` blocks)
 follow as the model writes them and are returned exactly as written, and the last
-chunk closes the call. XML parameter blocks are announced early and their arguments,
+chunk closes the call. XML parameter blocks (and Gemma 4's ``call:NAME{...}``, read by
+``parsers.gemma4``) are announced early and their arguments,
 typed by the tool's schema, come whole at the end. A bare JSON answer is a call only
 if the whole answer is that value. Nothing is held back longer than it takes to
 decide: a marker's length, a short run of whitespace, or one JSON value whose head
 names an offered tool (any other head, or text after the value, is content at once).
+
+gpt-oss's harmony channels (``StreamLayout.family == "harmony"``) are read by
+``parsers.harmony`` behind the same interface.
 """
 
 from __future__ import annotations
@@ -30,15 +34,19 @@ import json
 import re
 import secrets
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from parsers import json_text
 from parsers.response_schema import StreamLayout, apply_schema, coerce
+
+if TYPE_CHECKING:
+    from parsers.harmony import HarmonyParser
 
 _FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
 _JSON_HEAD = re.compile(r'\s*\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*'
                         r'"(?:arguments|parameters)"\s*:\s*(?=\{)')
 _XML_HEAD = re.compile(r"\s*<function=([^>\n]{1,256})>")
+_GEMMA4_HEAD = re.compile(r"\s*call:(\w{1,256})[{\[]")  # Gemma 4: call:NAME{key:value,...}
 _BARE_OPEN = re.compile(r"\s*(?:```(?:json)?\s*)?\[?\s*")
 _VALUE_START = re.compile(r"\s*(?:```(?:json)?\s*)?")
 _FENCE_OPENING = re.compile(r"\s*```[A-Za-z]*")
@@ -152,6 +160,10 @@ class MessageStream:
         self.started = False  # any content or reasoning emitted (or opener consumed)
         self.skip_ws = False  # drop whitespace at the start of content (after reasoning)
         self.message = MessageDelta()  # everything so far
+        self.harmony: HarmonyParser | None = None
+        if layout.family == "harmony":  # gpt-oss's channels: a parser of their own
+            from parsers.harmony import HarmonyParser
+            self.harmony = HarmonyParser(in_reasoning)
         self.n_calls = 0
         self.call: CallChunk | None = None  # the announced call being written
         self.args: _Arguments | None = None  # its JSON arguments, streamed as written
@@ -159,6 +171,8 @@ class MessageStream:
 
     # -- public -----------------------------------------------------------------------
     def feed(self, text: str) -> MessageDelta:
+        if self.harmony is not None:
+            return self._record(self.harmony.feed(text))
         self.buf += text
         out = MessageDelta()
         while self.buf and self._step(out):
@@ -166,6 +180,8 @@ class MessageStream:
         return self._record(out)
 
     def finish(self) -> MessageDelta:
+        if self.harmony is not None:
+            return self._record(self.harmony.finish())
         out = MessageDelta()
         if self.state == self.REASONING:
             out.reasoning += self.buf
@@ -317,7 +333,7 @@ class MessageStream:
                 self._open(out, name)
                 self.args = _Arguments(m.end())
             return
-        x = _XML_HEAD.match(self.block)
+        x = _XML_HEAD.match(self.block) or _GEMMA4_HEAD.match(self.block)
         if x is not None and x.group(1).strip():
             self._open(out, x.group(1).strip())
 

@@ -22,7 +22,7 @@ from re import _constants as sre_c  # type: ignore[attr-defined]
 from re import _parser as sre_parse  # type: ignore[attr-defined]
 from typing import Any
 
-from parsers import json_text
+from parsers import gemma4, json_text
 
 
 class SchemaError(ValueError):
@@ -73,8 +73,8 @@ def apply_schema(schema: dict[str, Any], value: Any) -> Any:
     raw = _extract(schema, value)
     if raw is None:
         return None
-    if schema.get("x-parser") == "json":
-        raw = _parse_json(raw)
+    if schema.get("x-parser") in ("json", "gemma4-tool-call"):
+        raw = _parse_json(raw) if schema["x-parser"] == "json" else gemma4.parse_value(raw)
         if raw is None:
             return None
     kind = schema.get("type")
@@ -154,6 +154,10 @@ class StreamLayout:
     call_end: str | None = None  # e.g. "</tool_call>"
     call_regex: str | None = None  # the x-regex-iterator: applied to each whole block
     call_schema: dict[str, Any] | None = None  # items schema of tool_calls
+    # the template family, when its markup needs more than the markers above: "harmony"
+    # (gpt-oss's channels, parsers/harmony.py), "gemma4" (its call values, parsers/gemma4.py)
+    family: str | None = None
+    markers: tuple[str, ...] = ()  # more control tokens the parser must see as text
 
 
 def _literal_runs(items: list[Any]) -> list[tuple[int, str]]:
@@ -225,8 +229,12 @@ def stream_layout(schema: dict[str, Any]) -> StreamLayout:
         if g is None:
             raise SchemaError("reasoning_content x-regex needs a capture group")
         r_end = _first_literal(items[g + 1 :])
-        before = [_optional_literal(n) for n in items[:g]]
-        r_start = next((t for t in reversed(before) if t), None)
+        runs = _literal_runs(items[:g])  # a literal right before the group opens it
+        if runs and runs[-1][0] == g and runs[-1][1].strip():
+            r_start = runs[-1][1].strip()
+        else:
+            before = [_optional_literal(n) for n in items[:g]]
+            r_start = next((t for t in reversed(before) if t), None)
         if r_end is None:
             raise SchemaError("cannot tell where reasoning ends from its x-regex")
     calls = props.get("tool_calls", {})
@@ -247,4 +255,21 @@ def stream_layout(schema: dict[str, Any]) -> StreamLayout:
         if not c_start or not c_end:
             raise SchemaError("tool_calls x-regex-iterator needs literal start and end markers")
         call_schema = calls.get("items", {})
-    return StreamLayout(r_start, r_end, c_start, c_end, call_regex, call_schema)
+    family, markers = _family(call_regex, r_start, call_schema)
+    return StreamLayout(r_start, r_end, c_start, c_end, call_regex, call_schema, family,
+                        markers)
+
+
+HARMONY_MARKERS = ("<|start|>", "<|channel|>", "<|message|>", "<|constrain|>", "<|end|>")
+
+
+def _family(call_regex: str | None, r_start: str | None, call_schema: dict[str, Any] | None
+            ) -> tuple[str | None, tuple[str, ...]]:
+    """Families whose markup the plain markers cannot describe."""
+    if r_start == "<|channel|>analysis<|message|>" or "<\\|constrain\\|>" in (call_regex or ""):
+        return "harmony", HARMONY_MARKERS
+    args = (call_schema or {}).get("properties", {}).get("function", {})
+    args = args.get("properties", {}).get("arguments", {}) if isinstance(args, dict) else {}
+    if isinstance(args, dict) and args.get("x-parser") == "gemma4-tool-call":
+        return "gemma4", (gemma4.QUOTE,)
+    return None, ()

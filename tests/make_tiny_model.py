@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from make_hybrid_model import _add_kv, read_tokenizer_kv  # noqa: E402
+from make_hybrid_model import KV, _add_kv, read_tokenizer_kv  # noqa: E402
 
 from engine.model_pull import cache_dir, fetch  # noqa: E402
 
@@ -58,12 +58,15 @@ def default_path(tokenizer: str = "smollm2", spec: TinySpec | None = None) -> Pa
 
 
 def write_tiny_model(out: str | Path | None = None, spec: TinySpec | None = None,
-                     seed: int = 0, tokenizer_from: str = "smollm2") -> Path:
+                     seed: int = 0, tokenizer_from: str = "smollm2",
+                     tokenizer: dict[str, KV] | None = None) -> Path:
+    """``tokenizer``: these ``tokenizer.*`` keys instead of the source model's (an edited
+    copy of them: tests/make_family_models.py)."""
     spec = spec or TinySpec()
     path = Path(out) if out else default_path(tokenizer_from, spec)
     if path.exists():
         return path
-    tokenizer = read_tokenizer_kv(fetch(tokenizer_from))
+    tokenizer = tokenizer or read_tokenizer_kv(fetch(tokenizer_from))
     n_vocab = len(tokenizer["tokenizer.ggml.tokens"].value)
     rng = np.random.default_rng(seed)
     d, hd = spec.n_embd, spec.n_embd // spec.n_head

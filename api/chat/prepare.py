@@ -59,6 +59,37 @@ def thinking_budget(rules: OutputRules, extra: dict[str, Any], params: SamplingP
     return None
 
 
+# where a family's generation prompt leaves opening the reasoning to the model; the server
+# writes the opener there (the plan needs the block open: the budget counts in it and a
+# constraint waits for its end). gpt-oss always reasons (thinking off: an empty analysis
+# channel); Gemma 4's template closes an empty thought itself unless thinking is on.
+OPEN_AFTER = {"harmony": "<|start|>assistant", "gemma4": "<|turn>model\n"}
+
+
+def reasoning_opener(layout: StreamLayout, text: str) -> str:
+    """What the server appends to the prompt to open the reasoning block ("" if nothing)."""
+    after = OPEN_AFTER.get(layout.family or "")
+    if after and layout.reasoning_start and text.endswith(after):
+        return layout.reasoning_start + ("\n" if layout.family == "gemma4" else "")
+    return ""
+
+
+def thinking_off(extra: dict[str, Any]) -> bool:
+    """The request turned thinking off (the template argument, or reasoning_effort none)."""
+    return extra.get("enable_thinking") is False or extra.get("reasoning_effort") == "none"
+
+
+def closing(layout: StreamLayout, constrained: bool) -> str:
+    """What the server writes when the budget is spent: the family's end of reasoning (in
+    harmony, with the final channel's header when no grammar writes the next header)."""
+    end = layout.reasoning_end or ""
+    if layout.family == "harmony":
+        return end if constrained else end + "<|start|>assistant<|channel|>final<|message|>"
+    if layout.family == "gemma4":
+        return f"\n{end}"
+    return f"\n{end}\n\n"
+
+
 # a system prompt shorter than this is cheap to evaluate again: no snapshot point for it
 SYSTEM_END_MIN_CHARS = 256
 
@@ -69,6 +100,12 @@ def _prepare(model: ModelHandle, template: ChatTemplate, layout: StreamLayout,
              budget: int | None = None) -> Prepared:
     """Render, tokenize and build the grammar: the blocking part, on the prepare pool."""
     text, tokens = render(model, template, messages, rules.tools or None, extra)
+    opened = reasoning_opener(layout, text)
+    if opened:  # the family leaves the block to the model: the server opens it
+        text += opened
+        tokens = tokens + model.tokenize(opened, add_special=False, parse_special=True)
+        if layout.family == "harmony" and thinking_off(extra):
+            budget = 0  # harmony always has an analysis channel: an empty one
     spans: tuple[MediaSpan, ...] = ()
     if media is not None:
         refs, inputs = media
@@ -80,7 +117,7 @@ def _prepare(model: ModelHandle, template: ChatTemplate, layout: StreamLayout,
     in_reasoning = bool(opener and layout.reasoning_end and text.rstrip().endswith(opener))
     params = with_grammar(model, rules, layout, in_reasoning, params)
     if in_reasoning and budget is not None and layout.reasoning_end:
-        end = model.tokenize(f"\n{layout.reasoning_end}\n\n", add_special=False,
+        end = model.tokenize(closing(layout, params.grammar is not None), add_special=False,
                              parse_special=True)
         params = dataclasses.replace(params, reasoning=ReasoningBudget(
             budget, layout.reasoning_end, tuple(end)))

@@ -15,10 +15,12 @@ from api.web.params import Body
 from engine.grammar import (
     Grammar,
     bare_call_grammar,
+    harmony_grammar,
     json_grammar,
     tool_call_grammar,
     xml_tool_call_grammar,
 )
+from engine.grammar_gemma4 import gemma4_answer_grammar, gemma4_call_grammar
 from parsers.response_schema import StreamLayout
 
 
@@ -116,7 +118,8 @@ def build_grammar(rules: OutputRules, layout: StreamLayout, in_reasoning: bool
     schema that cannot be built raises every time, and is not kept)."""
     text = json.dumps([rules.tools, rules.choice, rules.function, rules.parallel,
                        rules.json_schema, rules.json_mode, layout.call_start, layout.call_end,
-                       _json_calls(layout), layout.reasoning_end if in_reasoning else None],
+                       _json_calls(layout), layout.reasoning_end if in_reasoning else None,
+                       layout.family],
                       sort_keys=True)
     key = hashlib.blake2b(text.encode(), digest_size=16).digest()
     with _built_lock:
@@ -133,10 +136,20 @@ def build_grammar(rules: OutputRules, layout: StreamLayout, in_reasoning: bool
 
 def _build(rules: OutputRules, layout: StreamLayout, in_reasoning: bool) -> Grammar | None:
     forced = rules.choice in ("required", "function")
+    if layout.family == "harmony":
+        return _harmony(rules, layout, in_reasoning)
+    if layout.family == "gemma4" and not forced and not rules.json_mode and \
+            layout.call_start and layout.call_end and (in_reasoning or rules.tools):
+        # a free answer after Gemma 4's thinking, or beside its tools: no stray markup
+        return gemma4_answer_grammar(rules.tools, layout.call_start, layout.call_end,
+                                     parallel=rules.parallel,
+                                     after=layout.reasoning_end if in_reasoning else None)
     if rules.tools and (forced or rules.choice == "auto"):
         tools = [t for t in rules.tools if rules.function in (None, t["function"]["name"])]
         if layout.call_start and layout.call_end:
             build = tool_call_grammar if _json_calls(layout) else xml_tool_call_grammar
+            if layout.family == "gemma4":
+                build = gemma4_call_grammar
             # a forced call follows the reasoning when the prompt opened a reasoning block
             after = layout.reasoning_end if forced and in_reasoning else None
             return build(tools, layout.call_start, layout.call_end, parallel=rules.parallel,
@@ -149,6 +162,19 @@ def _build(rules: OutputRules, layout: StreamLayout, in_reasoning: bool) -> Gram
         after = layout.reasoning_end if in_reasoning else None
         return json_grammar(rules.json_schema, after=after)
     return None
+
+
+def _harmony(rules: OutputRules, layout: StreamLayout, in_reasoning: bool) -> Grammar | None:
+    """gpt-oss: after the analysis channel, a commentary call or a final answer in harmony's
+    own headers (engine.grammar.harmony_grammar), so a header is never malformed and no
+    harmony token reaches the answer; without reasoning, tools or a format, none."""
+    tools = [t for t in rules.tools if rules.function in (None, t["function"]["name"])] \
+        if rules.choice != "none" else []
+    if not tools and not rules.json_mode and not in_reasoning:
+        return None
+    return harmony_grammar(tools, forced=rules.choice in ("required", "function"),
+                           schema=rules.json_schema, json_mode=rules.json_mode,
+                           after=layout.reasoning_end if in_reasoning else None)
 
 
 def _json_calls(layout: StreamLayout) -> bool:

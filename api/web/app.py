@@ -58,7 +58,7 @@ def marker_tokens(model: ModelHandle, layout: StreamLayout) -> frozenset[int]:
     tokens, such as end-of-turn, never reach the text)."""
     ids = set()
     for marker in (layout.reasoning_start, layout.reasoning_end, layout.call_start,
-                   layout.call_end):
+                   layout.call_end, *layout.markers):
         if marker:
             for token in model.tokenize(marker, add_special=False, parse_special=True):
                 if not model.piece(token) and model.piece(token, special=True):
