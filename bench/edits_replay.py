@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT / "tests"))
 
 from edit_corpus import EDITS, first_of_each_kind, messages  # noqa: E402
-from engine.drafts.draft import (  # noqa: E402
+from engine.drafts.policy import (  # noqa: E402
     ALIGN,
     GROWN_MAX,
     DraftLimit,

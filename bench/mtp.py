@@ -108,13 +108,13 @@ def run(url: str, streams: int, tokens: int) -> Run:
     return Run(n / elapsed, [b["choices"][0]["text"] for b in bodies], drafted, accepted)
 
 
-# llamaserve drafts when its cost model expects a gain (engine.drafts.draft.allocate). On
+# llamaserve drafts when its cost model expects a gain (engine.drafts.policy.allocate). On
 # this file a drafted token costs about a whole target step (the 151,936-row LM head
 # dominates a model of width 128, and the MTP head runs it too), so it mostly does not; the
 # "every step" row patches the allocator in the server process to draft the longest
 # allowed draft at every step, as llama-server does, for a like-for-like acceptance rate.
 ALWAYS_DRAFT = (
-    "import sys; import engine.drafts.drafting as d; "
+    "import sys; import engine.drafts.coordinator as d; "
     "d.allocate = lambda chances, base, limit, *a, **k: [len(c) for c in chances]; "
     "import server; sys.exit(server.main())")
 

@@ -16,12 +16,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from engine.admission import ContextLimits
 from engine.caches.disk_cache import DiskCache, compat_key
 from engine.caches.prefix_cache import PrefixCache
 from engine.config import DiskCacheConfig, ModelConfig
+from engine.delivery import Delivery
 from engine.detokenizer import IncrementalDetokenizer
-from engine.drafts.draft import verify
-from engine.drafts.drafting import Drafting
+from engine.drafts.coordinator import Drafting
+from engine.drafts.policy import verify
 from engine.embeddings.jobs import EmbedItem, EmbedJob, EmbedQueue
 from engine.embeddings.runner import EmbeddingRunner
 from engine.media.embedding_cache import EmbeddingCache
@@ -32,9 +34,7 @@ from engine.request import (
     Delta,
     EngineError,
     Request,
-    RequestTimeout,
     Status,
-    TokenLogprob,
 )
 from engine.runner import DECODE_NO_KV_SLOT, Runner
 from engine.scheduler import BatchItem, Scheduler, StepPlan
@@ -43,10 +43,6 @@ from engine.step_budget import StepBudget
 log = logging.getLogger("llamaserve.engine")
 
 Publish = Callable[[list[tuple[Request, Delta]]], None]
-
-
-class ContextLengthExceeded(ValueError):
-    """The prompt plus the requested completion can never fit a sequence's context."""
 
 
 @dataclass(frozen=True)
@@ -103,10 +99,10 @@ class Engine:
                                  self.embedder.n_seq_max if self.embedder else 0)
         self.drafting = None if cfg.draft_model is None else Drafting(
             runner, cfg, draft_path, self.metrics)
+        self.delivery = Delivery(runner, self.scheduler, self.metrics)
+        self.limits = ContextLimits(runner.n_ctx, runner.n_ctx_seq, cfg.n_seq_max,
+                                    cfg.max_output_tokens)
         self.publish: Publish = lambda batch: None
-        # special tokens a response parser needs as text (e.g. a tool-call marker); other
-        # control tokens are never rendered
-        self.render_special: frozenset[int] = frozenset()
         self._inbox: queue.SimpleQueue[Request | EmbedJob | _Cancel | _CancelAll | _Wake
                                        | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
@@ -167,36 +163,8 @@ class Engine:
 
     def max_new_tokens(self, prompt_len: int, max_tokens: int | None, *,
                        clamp: bool = False) -> int:
-        """Admission check for one sequence; raises ContextLengthExceeded. With ``clamp``, a
-        ``max_tokens`` larger than the room the prompt leaves is cut to that room (the
-        answer then ends at the context's end with finish reason "length"), as the
-        Anthropic API and llama-server let clients ask for more than fits."""
-        limit = self.runner.n_ctx_seq
-        cap = self.cfg.max_output_tokens
-        if max_tokens is not None and not (clamp and prompt_len < limit):
-            if prompt_len + max_tokens > limit:
-                raise ContextLengthExceeded(
-                    f"This model's maximum context length is {limit} tokens. However, you "
-                    f"requested {prompt_len + max_tokens} tokens ({prompt_len} in the prompt, "
-                    f"{max_tokens} for the completion). Please reduce the prompt or max_tokens"
-                    f", or raise {self._context_field()}.")
-            return min(max_tokens, cap) if cap else max_tokens
-        if prompt_len >= limit:
-            raise ContextLengthExceeded(
-                f"This model's maximum context length is {limit} tokens. However, your prompt "
-                f"has {prompt_len} tokens, leaving no room for a completion. Raise "
-                f"{self._context_field()}.")
-        room = limit - prompt_len
-        if max_tokens is not None:
-            room = min(room, max_tokens)
-        return min(room, cap) if cap else room
-
-    def _context_field(self) -> str:
-        """The config field that sets the context one sequence gets, for error messages."""
-        if self.runner.n_ctx_seq < self.runner.n_ctx:  # split KV: n_ctx is shared out
-            return (f"the config's model.n_ctx (now {self.runner.n_ctx}, split over "
-                    f"model.n_seq_max = {self.cfg.n_seq_max} sequences) or set model.kv_unified")
-        return f"the config's model.n_ctx (now {self.runner.n_ctx})"
+        """Admission check for one sequence (``engine.admission``)."""
+        return self.limits.max_new_tokens(prompt_len, max_tokens, clamp=clamp)
 
     def submit(self, request: Request) -> None:
         if not self.alive:
@@ -301,7 +269,7 @@ class Engine:
         for r in pending:
             if touch_state:
                 try:
-                    self._fail(r, error, out)
+                    self.delivery.fail(r, error, out)
                     continue
                 except Exception:  # state may be broken: still tell the waiting client
                     pass
@@ -322,42 +290,23 @@ class Engine:
             elif isinstance(item, Request):
                 if item.cancelled:
                     item.status = Status.FINISHED
-                    self._finish(item, "cancelled", out)
+                    self.delivery.finish(item, "cancelled", out)
                 else:
                     self.scheduler.add(item)
             elif isinstance(item, _Cancel) and item.request.status is not Status.FINISHED:
-                self._finish(item.request, "cancelled", out)
+                self.delivery.finish(item.request, "cancelled", out)
             elif isinstance(item, _CancelAll):
                 for r in [*self.scheduler.running, *self.scheduler.waiting]:
                     r.cancelled = True
-                    self._finish(r, "cancelled", out)
+                    self.delivery.finish(r, "cancelled", out)
             try:
                 item = self._inbox.get_nowait()
             except queue.Empty:
                 return
 
-    def _expire(self, out: list[tuple[Request, Delta]]) -> None:
-        """End requests past server.request_timeout: before their first token with a
-        timeout error, after it like max_tokens (flagged)."""
-        now = time.monotonic()
-        for r in [*self.scheduler.running, *self.scheduler.waiting]:
-            if r.deadline is None or now < r.deadline:
-                continue
-            self.metrics.timeouts.inc()
-            if r.output:
-                delta = Delta(index=r.index, prompt_tokens=r.n_prompt,
-                              completion_tokens=len(r.output), cached_tokens=r.cached_tokens,
-                              timed_out=True)
-                if r.detok is not None:
-                    delta.text = r.detok.flush()
-                self._finish(r, "length", out, delta)
-            else:
-                self._fail(r, RequestTimeout("the request timed out before its first token"),
-                           out)
-
     def _step(self, out: list[tuple[Request, Delta]]) -> None:
         started = time.perf_counter()
-        self._expire(out)
+        self.delivery.expire(out)
         if not self.scheduler.has_work:
             return
         if self.drafting is not None:
@@ -372,7 +321,7 @@ class Engine:
         if plan.suspended:
             self.metrics.suspended.inc(len(plan.suspended))
         for r in plan.preempted:
-            self._finish(r, "length", out)
+            self.delivery.finish(r, "length", out)
         if plan.items:
             decode_started = time.perf_counter()
             try:
@@ -380,8 +329,9 @@ class Engine:
             except Exception as exc:
                 log.exception("engine step failed; failing %d request(s)", len(plan.items))
                 self.metrics.step_failures.inc()
+                error = EngineError(f"{type(exc).__name__}: {exc}")
                 for item in plan.items:
-                    self._fail(item.request, EngineError(f"{type(exc).__name__}: {exc}"), out)
+                    self.delivery.fail(item.request, error, out)
             now = time.perf_counter()
             self.metrics.step_seconds.observe(now - started)
             self.metrics.batch_tokens.observe(plan.num_tokens)
@@ -427,7 +377,7 @@ class Engine:
                 except Exception as exc:
                     log.exception("media encoding failed (request %d)", r.id)
                     self.metrics.step_failures.inc()
-                    self._fail(r, EngineError(f"media encoding failed: {exc}"), out)
+                    self.delivery.fail(r, EngineError(f"media encoding failed: {exc}"), out)
                     continue
                 self.metrics.media_encode_seconds.observe(time.perf_counter() - started)
                 self.media_cache.put(span.key, rows)
@@ -477,7 +427,7 @@ class Engine:
         if self.drafting is not None:
             self.drafting.verified(r, len(draft), tokens)
         for j, token in enumerate(tokens):
-            if not self._emit(r, token, first + j, out):
+            if not self.delivery.emit(r, token, first + j, out):
                 return
 
     def _execute(self, plan: StepPlan, out: list[tuple[Request, Delta]]) -> None:
@@ -488,7 +438,7 @@ class Engine:
             victim = max((i.request for i in plan.items), key=lambda r: r.id)
             log.warning("KV cache full; ending the youngest sequence (request %d)", victim.id)
             self.scheduler.remove(victim, keep_kv=False)
-            self._finish(victim, "length", out)
+            self.delivery.finish(victim, "length", out)
             return
         if status != 0:
             raise EngineError(f"llama_decode returned {status}")
@@ -532,7 +482,7 @@ class Engine:
             try:
                 r.sampler = self.runner.new_sampler(r.params, r.prompt)
             except ValueError as exc:  # only this request's sampler is at fault
-                self._fail(r, EngineError(str(exc)), out)
+                self.delivery.fail(r, EngineError(str(exc)), out)
                 return False
             r.detok = IncrementalDetokenizer(r.params.stop)
         return True
@@ -546,76 +496,5 @@ class Engine:
         else:  # the thinking budget is spent: its end marker, seen by grammar and penalties
             token = forced
             self.runner.accept(r.sampler, token)
-        self._emit(r, token, index, out)
-
-    def _emit(self, r: Request, token: int, index: int,
-              out: list[tuple[Request, Delta]]) -> bool:
-        """Deliver one generated token; False once the request has finished."""
-        r.output.append(token)
-        self.metrics.generated_tokens.inc()
-        now = time.monotonic()
-        if len(r.output) == 1:
-            self.metrics.ttft_seconds.observe(now - r.t_submit)
-        else:
-            self.metrics.itl_seconds.observe(now - r.t_last)
-        r.t_last = now
-        delta = Delta(index=r.index, token_ids=[token], completion_tokens=len(r.output),
-                      prompt_tokens=r.n_prompt, cached_tokens=r.cached_tokens)
-        if len(r.output) == 1 and r.params.prompt_logprobs:
-            delta.prompt_logprobs = r.prompt_logprobs
-        if r.params.logprobs is not None:
-            lp: TokenLogprob = self.runner.logprob(index, token, r.params.logprobs)
-            delta.logprobs = [lp]
-        assert r.detok is not None
-        if self.runner.vocabulary.is_eog(token) and not r.params.ignore_eos:
-            delta.text = r.detok.flush()
-            delta.token_ids = []
-            delta.logprobs = None
-            self._finish(r, "stop", out, delta)
-            return False
-        if r.reasoning is not None and not r.reasoning.closed:
-            r.reasoning.saw(self.runner.vocabulary.piece(token, True).decode("utf-8", "replace"))
-        delta.text = r.detok.feed(self.runner.vocabulary.piece(token, token in self.render_special))
-        if r.detok.stopped:
-            delta.stop_sequence = r.detok.matched
-            self._finish(r, "stop", out, delta)
-            return False
-        if len(r.output) >= r.max_new_tokens:
-            delta.text += r.detok.flush()
-            self._finish(r, "length", out, delta)
-            return False
-        if r.whole:
-            r.held.append(delta)
-        else:
-            out.append((r, delta))
-        return True
-
-    def _finish(self, r: Request, reason: str, out: list[tuple[Request, Delta]],
-                delta: Delta | None = None, keep_kv: bool = True) -> None:
-        if r.status is not Status.FINISHED:
-            self.scheduler.remove(r, keep_kv)
-        for span in r.media:  # the chunks and embeddings are not needed any more
-            Projector.release(span)
-            span.embd = None
-        self.runner.free_sampler(r.sampler)
-        r.sampler = None
-        r.finish_reason = reason
-        self.metrics.finished.labels(reason).inc()
-        if r.t_submit:
-            self.metrics.e2e_seconds.observe(time.monotonic() - r.t_submit)
-        if delta is None:
-            delta = Delta(index=r.index, prompt_tokens=r.n_prompt,
-                          completion_tokens=len(r.output), cached_tokens=r.cached_tokens)
-            if r.detok is not None and reason == "length":
-                delta.text = r.detok.flush()
-        delta.finish_reason = reason
-        if r.held:
-            r.held.append(delta)
-            delta, r.held = Delta.joined(r.held), []
-        out.append((r, delta))
-
-    def _fail(self, r: Request, error: EngineError, out: list[tuple[Request, Delta]]) -> None:
-        delta = Delta(index=r.index, error=error, prompt_tokens=r.n_prompt,
-                      completion_tokens=len(r.output))
-        self._finish(r, "error", out, delta, keep_kv=False)
+        self.delivery.emit(r, token, index, out)
 

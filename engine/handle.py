@@ -21,7 +21,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from engine.core import ContextLengthExceeded, Engine, Publish
+from engine.admission import ContextLengthExceeded
+from engine.core import Engine, Publish
 from engine.embeddings.jobs import EmbedJob
 from engine.media.projector import MediaError, MediaInput, MediaPrompt
 from engine.request import Request, SamplingParams
@@ -123,7 +124,7 @@ class ModelHandle:
     def render_special(self, tokens: frozenset[int]) -> None:
         """Control tokens whose text the response parser needs (its markers); other
         control tokens never reach the text."""
-        self._engine.render_special = tokens
+        self._engine.delivery.render_special = tokens
 
     def check_grammar(self, params: SamplingParams) -> None:
         """Raise ``ValueError`` when llama.cpp cannot parse the request's grammar (asked of

@@ -143,7 +143,7 @@ class Request:
     detok: IncrementalDetokenizer | None = None
     prompt_logprobs: list[TokenLogprob | None] = field(default_factory=list)
     draft: list[int] = field(default_factory=list)  # tokens proposed for this step
-    draft_state: Any = None  # engine.drafts.draft.DraftState, created when drafting starts
+    draft_state: Any = None  # engine.drafts.policy.DraftState, created when drafting starts
     deadline: float | None = None  # time.monotonic() after which the request is ended
     t_submit: float = 0.0  # monotonic times for the latency metrics
     t_last: float = 0.0

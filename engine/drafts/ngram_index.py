@@ -33,7 +33,7 @@ Tokens = tuple[int, ...]
 @dataclass
 class Proposal:
     tokens: list[int]
-    kind: str  # a FIRST_PRIOR key of engine.drafts.draft
+    kind: str  # a FIRST_PRIOR key of engine.drafts.policy
     src: int = -1  # prompt lookup: history position tokens[0] was copied from
     ends: list[int] = field(default_factory=list)  # source position after each token (-1:
     # inside a replacement)

@@ -15,7 +15,11 @@ import time
 from collections.abc import Callable
 
 from engine.config import ModelConfig
-from engine.drafts.draft import (
+from engine.drafts.draft_model import DraftModel
+from engine.drafts.mtp import MtpDrafter
+from engine.drafts.mtp_runner import LlamaMtp, mtp_layers
+from engine.drafts.ngram_index import Proposal
+from engine.drafts.policy import (
     ALIGN,
     GROWN_MAX,
     DraftLimit,
@@ -26,10 +30,6 @@ from engine.drafts.draft import (
     allocate,
     default_cost,
 )
-from engine.drafts.draft_model import DraftModel
-from engine.drafts.mtp import MtpDrafter
-from engine.drafts.mtp_runner import LlamaMtp, mtp_layers
-from engine.drafts.ngram_index import Proposal
 from engine.loading import ModelLoadError
 from engine.media.spans import is_media_token
 from engine.metrics import EngineMetrics

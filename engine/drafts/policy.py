@@ -1,4 +1,4 @@
-"""Draft (speculative) decoding: proposals, their sizing, and verification (pure Python).
+"""Draft policy (pure Python): how long each sequence's draft is, and how a draft is checked.
 
 Each generating sequence may contribute its pending token plus a few proposed tokens
 to the batched ``llama_decode``; the engine then samples every position with the

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from engine.drafts.draft import (
+from engine.drafts.ngram_index import NgramIndex, Proposal
+from engine.drafts.policy import (
     ALIGN,
     Acceptance,
     DraftLimit,
@@ -16,7 +17,6 @@ from engine.drafts.draft import (
     default_cost,
     verify,
 )
-from engine.drafts.ngram_index import NgramIndex, Proposal
 
 
 def test_ngram_index_proposes_the_continuation_of_the_latest_earlier_occurrence() -> None:
