@@ -85,7 +85,20 @@ def _nesting(text: str) -> int:
 
 def _grammar(conv: Any, schemas: SchemaSet | None, lazy: tuple[str, ...] = ()) -> Grammar:
     relaxed = tuple(schemas.relaxed) if schemas is not None else ()
-    return Grammar(bounded(str(conv.format_grammar())), lazy, relaxed)
+    return Grammar(bounded(strict_strings(str(conv.format_grammar()))), lazy, relaxed)
+
+
+_CHAR_RULE = r'char ::= [^"\\] |'
+_STRICT_CHAR_RULE = r'char ::= [^"\\\x7F\x00-\x1F] |'
+
+
+def strict_strings(text: str) -> str:
+    """The converter's JSON string character without the control characters JSON forbids
+    unescaped (its rule lets a raw line break into a string: ``json.loads`` and every
+    client then refuse the value); llama.cpp's own converter excludes them the same way."""
+    if text.startswith(_CHAR_RULE):
+        return _STRICT_CHAR_RULE + text[len(_CHAR_RULE):]
+    return text.replace("\n" + _CHAR_RULE, "\n" + _STRICT_CHAR_RULE)
 
 
 def _gbnf_literal(text: str) -> str:

@@ -30,6 +30,7 @@ from engine.grammar import (
     _trigger,
     _visit,
     bounded,
+    strict_strings,
 )
 from engine.json_schema import SchemaSet
 
@@ -199,12 +200,9 @@ def gemma4_answer_grammar(tools: list[dict[str, Any]], start: str, end: str, *,
             body += ' ("\n"? call-block)*' if parallel else ' ("\n"? call-block)?'
     except GrammarError as exc:
         raise _tools_error(exc) from None
-    if after is None:
-        conv._add_rule("root", body)
-        return Grammar(bounded(str(conv.format_grammar())), (), tuple(schemas.relaxed))
-    conv._add_rule("root", _after(after, f"({body})"))
-    return Grammar(bounded(str(conv.format_grammar())), (_trigger(after),),
-                   tuple(schemas.relaxed))
+    conv._add_rule("root", body if after is None else _after(after, f"({body})"))
+    return Grammar(bounded(strict_strings(str(conv.format_grammar()))),
+                   () if after is None else (_trigger(after),), tuple(schemas.relaxed))
 
 
 def _arguments(values: _Values, schemas: SchemaSet, tool: dict[str, Any], i: int) -> str:

@@ -99,6 +99,8 @@ def _prepare(model: ModelHandle, template: ChatTemplate, layout: StreamLayout,
              params: SamplingParams, media: _Media | None = None,
              budget: int | None = None) -> Prepared:
     """Render, tokenize and build the grammar: the blocking part, on the prepare pool."""
+    if layout.family == "gemma4" and extra.get("reasoning_effort") not in (None, "none"):
+        extra = {"enable_thinking": True, **extra}  # its template reads only this switch
     text, tokens = render(model, template, messages, rules.tools or None, extra)
     opened = reasoning_opener(layout, text)
     if opened:  # the family leaves the block to the model: the server opens it
