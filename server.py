@@ -13,7 +13,9 @@
 #   "prometheus-client>=0.20",
 #   "gguf>=0.10",
 #   "h11>=0.14",
+#   "httptools>=0.6",
 #   "httpx>=0.27",
+#   "python-multipart>=0.0.9",
 # ]
 # ///
 """llamaserve: load the config, build the engine and the app, run uvicorn."""

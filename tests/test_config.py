@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -176,3 +177,19 @@ def test_one_kv_pool_by_default_up_to_four_sequences(n_seq_max: int, set_to: boo
     if set_to is not None:
         model["kv_unified"] = set_to
     assert kv_unified(parse({"model": model}).model, embeddings=embeddings) is unified
+
+
+def test_the_scripts_inline_dependencies_are_the_packages() -> None:
+    """`uv run --script server.py` installs what server.py's PEP 723 block lists and
+    `pip install -e .` what pyproject.toml does: the two lists must name the same
+    packages with the same bounds (python-multipart was once missing from the first: the
+    Files API failed under `uv run`)."""
+    import tomllib
+
+    root = Path(__file__).resolve().parent.parent
+    block = re.search(r"^# /// script\n(.*?)^# ///$", (root / "server.py").read_text(),
+                      re.S | re.M)
+    assert block is not None
+    script = tomllib.loads("\n".join(line[2:] for line in block.group(1).splitlines()))
+    project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
+    assert sorted(script["dependencies"]) == sorted(project["dependencies"])

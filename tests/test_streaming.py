@@ -1,15 +1,17 @@
-"""api/web/streaming.py's keep-alive wrapper, on plain async generators: beats only in
-silences, chunks in order, the source's errors raised, the source stopped when the client
-leaves, and never read more than one chunk ahead of the client."""
+"""api/web/streaming.py's BeatingResponse, driven as an ASGI app on plain async generators:
+beats only in silences and only between chunks, chunks in order, none after the end, the
+source's errors raised, the source never read ahead of the client and stopped when the
+client leaves."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
-from api.web.streaming import with_keepalive
+from api.web.streaming import BeatingResponse, TextEvent, sse
 
 
 async def timed(*steps: tuple[float, bytes]) -> AsyncIterator[bytes]:
@@ -18,20 +20,42 @@ async def timed(*steps: tuple[float, bytes]) -> AsyncIterator[bytes]:
         yield chunk
 
 
-def collect(source: AsyncIterator[bytes], seconds: float) -> list[bytes]:
-    async def run() -> list[bytes]:
-        return [c async for c in with_keepalive(source, seconds, beat=b".")]
-    return asyncio.run(run())
+async def serve(response: BeatingResponse, send_delay: float = 0.0,
+                leave_after: float | None = None) -> list[Any]:
+    """The messages the app sends (bodies as bytes, the end as None); a client that takes
+    ``send_delay`` per message, or leaves after ``leave_after`` seconds."""
+    sent: list[Any] = []
+    left = asyncio.Event()
+
+    async def receive() -> dict[str, Any]:
+        if leave_after is None:
+            await asyncio.Event().wait()
+        await asyncio.sleep(leave_after or 0)
+        left.set()
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.body":
+            sent.append(message["body"] if message["more_body"] else None)
+        await asyncio.sleep(send_delay)
+
+    await response({"type": "http", "asgi": {"spec_version": "2.3"}}, receive, send)
+    return sent
+
+
+def collect(source: AsyncIterator[bytes], seconds: float) -> list[Any]:
+    return asyncio.run(serve(BeatingResponse(source, seconds, b".")))
 
 
 def test_beats_fill_silences_and_chunks_keep_their_order() -> None:
     out = collect(timed((0.35, b"a"), (0.0, b"b"), (0.25, b"c")), 0.1)
-    assert [c for c in out if c != b"."] == [b"a", b"b", b"c"]
+    assert out[-1] is None and None not in out[:-1]  # the end last, nothing after it
+    assert [c for c in out[:-1] if c != b"."] == [b"a", b"b", b"c"]
     assert 2 <= out.index(b"a") <= 4  # about three beats in the first 0.35 s
     between = out[out.index(b"b") + 1:out.index(b"c")]
     assert 1 <= len(between) <= 3 and set(between) == {b"."}
-    assert collect(timed((0.0, b"x"), (0.0, b"y")), 0.1) == [b"x", b"y"]  # no silence
-    assert collect(timed((0.05, b"x")), 0) == [b"x"]  # 0 turns it off
+    assert collect(timed((0.0, b"x"), (0.0, b"y")), 0.1) == [b"x", b"y", None]  # no silence
+    assert collect(timed((0.25, b"x")), 0) == [b"x", None]  # 0 turns it off
 
 
 def test_an_error_of_the_source_is_raised_after_its_chunks() -> None:
@@ -39,21 +63,28 @@ def test_an_error_of_the_source_is_raised_after_its_chunks() -> None:
         yield b"a"
         raise RuntimeError("engine failed")
 
-    async def run() -> list[bytes]:
-        got = []
-        with pytest.raises(RuntimeError, match="engine failed"):
-            async for c in with_keepalive(failing(), 0.1):
-                got.append(c)
-        return got
+    sent: list[Any] = []
 
-    assert asyncio.run(run()) == [b"a"]
+    async def run() -> None:
+        async def send(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.body":
+                sent.append(message["body"])
+
+        async def receive() -> dict[str, Any]:
+            await asyncio.Event().wait()
+            return {}
+
+        await BeatingResponse(failing(), 0.1)({"type": "http"}, receive, send)
+
+    with pytest.raises(Exception, match="engine failed"):
+        asyncio.run(run())
+    assert sent == [b"a"]
 
 
-def test_the_source_is_read_at_most_one_chunk_ahead_and_stopped_when_the_client_leaves(
-        ) -> None:
+def test_the_source_is_not_read_ahead_and_stops_when_the_client_leaves() -> None:
     read: list[int] = []
 
-    async def run() -> tuple[list[int], bool]:
+    async def run() -> tuple[list[Any], bool]:
         done = asyncio.Event()
 
         async def source() -> AsyncIterator[bytes]:
@@ -65,13 +96,20 @@ def test_the_source_is_read_at_most_one_chunk_ahead_and_stopped_when_the_client_
             finally:
                 done.set()
 
-        stream = with_keepalive(source(), 5)
-        assert await anext(stream) == b"0"
-        await asyncio.sleep(0.05)  # a client that does not read: the pump waits
-        ahead = len(read)
-        await stream.aclose()  # the client left
-        await asyncio.sleep(0.05)
-        return [ahead], done.is_set()
+        # a client that takes 0.05 s per message and leaves after 0.2 s
+        sent = await serve(BeatingResponse(source(), 5), send_delay=0.05, leave_after=0.2)
+        return sent, done.is_set()
 
-    ahead, stopped_source = asyncio.run(run())
-    assert ahead[0] <= 2 and stopped_source
+    sent, stopped_source = asyncio.run(run())
+    assert stopped_source and len(read) <= len(sent) + 1 <= 7
+
+
+@pytest.mark.parametrize("text", ["", "hello", ' "quoted" \\ back', "line\nbreak\ttab",
+                                  "\x00\x1f control", "héllo wörld — ✓ 日本 🦙", "</script>"])
+def test_a_text_event_is_byte_for_byte_the_payloads_sse(text: str) -> None:
+    payload = {"id": "cmpl-1", "object": "text_completion", "created": 1, "model": "m ✓",
+               "choices": [{"text": TextEvent.SLOT, "index": 0, "logprobs": None,
+                            "finish_reason": None}]}
+    event = TextEvent(payload)
+    expected = sse({**payload, "choices": [{**payload["choices"][0], "text": text}]})
+    assert event(text) == expected

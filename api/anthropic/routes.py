@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 
 from api.anthropic.request import MessagesRequest, parse_messages_request
 from api.chat.messages import parse_messages, render
@@ -32,7 +32,7 @@ from api.web.errors import APIError, anthropic_error
 from api.web.gate import note_usage
 from api.web.params import Body, read_json, sampling
 from api.web.state import ModelState, ServerState
-from api.web.streaming import ChoiceResult, collect, unless_disconnected, with_keepalive
+from api.web.streaming import BeatingResponse, ChoiceResult, collect, unless_disconnected
 from parsers import json_text
 from parsers.message_stream import MessageDelta, MessageStream, ToolCall
 
@@ -192,9 +192,9 @@ async def create_message(request: Request) -> Response:
                 "stop_sequence": stop}, usage=_usage(res))
             yield _event("message_stop")
 
-        return StreamingResponse(
-            with_keepalive(events(), state.config.server.keepalive_seconds, beat=PING),
-            media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+        return BeatingResponse(events(), state.config.server.keepalive_seconds, PING,
+                               media_type="text/event-stream",
+                               headers={"Cache-Control": "no-cache"})
 
     (res,) = await unless_disconnected(request, gen, collect(gen))
     p = parser()

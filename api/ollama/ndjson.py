@@ -9,10 +9,8 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-from starlette.responses import StreamingResponse
-
 from api.web.engine_client import Generation
-from api.web.streaming import with_keepalive
+from api.web.streaming import BeatingResponse
 
 MEDIA_TYPE = "application/x-ndjson"
 
@@ -28,21 +26,18 @@ def line(payload: dict[str, Any]) -> bytes:
 
 
 def ndjson_response(chunks: AsyncIterator[bytes], *, gen: Generation | None = None,
-                    keepalive: float = 0, beat: bytes = b"") -> StreamingResponse:
-    """Stream ``chunks``; when the client leaves, Starlette cancels the iterator and the
-    generation (if any) is cancelled, freeing its sequence at the engine's next step."""
+                    keepalive: float = 0, beat: bytes = b"") -> BeatingResponse:
+    """Stream ``chunks`` (with ``beat`` lines in silences, if any); when the client leaves,
+    Starlette cancels the iterator and the generation (if any) is cancelled, freeing its
+    sequence at the engine's next step."""
 
     async def body() -> AsyncIterator[bytes]:
         try:
-            if beat:
-                async for chunk in with_keepalive(chunks, keepalive, beat=beat):
-                    yield chunk
-            else:
-                async for chunk in chunks:
-                    yield chunk
+            async for chunk in chunks:
+                yield chunk
         finally:
             if gen is not None:
                 gen.cancel()
 
-    return StreamingResponse(body(), media_type=MEDIA_TYPE,
-                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    return BeatingResponse(body(), keepalive if beat else 0, beat, media_type=MEDIA_TYPE,
+                           headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})

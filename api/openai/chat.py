@@ -18,6 +18,7 @@ from api.web.state import ServerState, new_id
 from api.web.streaming import (
     DONE,
     ChoiceResult,
+    TextEvent,
     collect,
     error_event,
     final_usage,
@@ -114,6 +115,21 @@ async def create_chat_completion(request: Request) -> Response:
                                                  "finish_reason": finish}], **top,
                             **extra_usage})
 
+            # the events nearly every token is: its text as content, or as reasoning
+            text_events: dict[tuple[int, str], TextEvent] = {}
+
+            def text_chunk(index: int, key: str, text: str) -> bytes:
+                event = text_events.get((index, key))
+                if event is None:
+                    delta = {"content": TextEvent.SLOT} if key == "content" else \
+                        _reasoning(field, TextEvent.SLOT)
+                    if len(delta) > 1:  # (both reasoning names: the text twice)
+                        return chunk(index, _reasoning(field, text))
+                    event = text_events[(index, key)] = TextEvent(
+                        {**base, "choices": [{"index": index, "delta": delta, "logprobs": None,
+                                              "finish_reason": None}], **extra_usage})
+                return event(text)
+
             for r in gen.requests:
                 yield chunk(r.index, {"role": "assistant", "content": ""})
             try:
@@ -126,8 +142,10 @@ async def create_chat_completion(request: Request) -> Response:
                     lp = _logprobs_json(state.model, d.logprobs) \
                         if want_logprobs and d.logprobs else None
                     if new.reasoning:
-                        yield chunk(d.index, _reasoning(field, new.reasoning))
-                    if new.content or lp is not None:
+                        yield text_chunk(d.index, "reasoning", new.reasoning)
+                    if new.content and lp is None:
+                        yield text_chunk(d.index, "content", new.content)
+                    elif new.content or lp is not None:
                         yield chunk(d.index, {"content": new.content} if new.content else {}, lp)
                     for part in new.calls:
                         if part.name:

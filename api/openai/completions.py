@@ -16,6 +16,7 @@ from api.web.state import ServerState, new_id
 from api.web.streaming import (
     DONE,
     ChoiceResult,
+    TextEvent,
     collect,
     error_event,
     final_usage,
@@ -130,10 +131,19 @@ async def create_completion(request: Request) -> Response:
                 if echo:
                     yield sse({**base, "choices": [{"text": echoes[r.index // n],
                                "index": r.index, "logprobs": None, "finish_reason": None}]})
+            text_events: dict[int, TextEvent] = {}  # the event nearly every token is
             try:
                 async for d in gen.deltas():
                     results[d.index].add(d)
                     if not d.text and d.finish_reason is None and not d.logprobs:
+                        continue
+                    if logprobs is None and d.finish_reason is None:
+                        event = text_events.get(d.index)
+                        if event is None:
+                            event = text_events[d.index] = TextEvent({**base, "choices": [{
+                                "text": TextEvent.SLOT, "index": d.index, "logprobs": None,
+                                "finish_reason": None}]})
+                        yield event(d.text)
                         continue
                     lp = _logprobs_json(state.model, _generated(d.logprobs or [])) \
                         if logprobs is not None else None

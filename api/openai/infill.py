@@ -23,12 +23,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 
 from api.web.errors import APIError, invalid
 from api.web.params import Body, read_json, sampling
 from api.web.state import ModelState, ServerState
-from api.web.streaming import ChoiceResult, collect, sse, unless_disconnected, with_keepalive
+from api.web.streaming import (
+    BeatingResponse,
+    ChoiceResult,
+    collect,
+    sse,
+    unless_disconnected,
+)
 from engine.handle import FimTokens, ModelHandle
 
 MAX_EXTRA = 1024  # input_extra chunks per request
@@ -167,8 +173,8 @@ async def infill(request: Request) -> Response:
                 gen.cancel()
             yield sse(final(res, ""))
 
-        return StreamingResponse(with_keepalive(chunks(), state.config.server.keepalive_seconds),
-                                 media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache"})
+        return BeatingResponse(chunks(), state.config.server.keepalive_seconds,
+                               media_type="text/event-stream",
+                               headers={"Cache-Control": "no-cache"})
     (res,) = await unless_disconnected(request, gen, collect(gen))
     return JSONResponse(final(res, res.text))

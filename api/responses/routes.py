@@ -8,7 +8,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, MutableMapping
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 
 from api.chat.messages import parse_messages
 from api.chat.prepare import prepare
@@ -21,7 +21,7 @@ from api.web.gate import note_usage
 from api.web.params import Body, read_json, sampling
 from api.web.session import noted_session, response_id
 from api.web.state import ModelState, ServerState
-from api.web.streaming import with_keepalive
+from api.web.streaming import BeatingResponse
 from parsers.message_stream import MessageDelta, MessageStream
 
 
@@ -164,10 +164,8 @@ async def create_response(request: Request) -> Response:
         async def stream() -> AsyncIterator[bytes]:
             try:
                 yield sse_event(first)
-                async for chunk in with_keepalive(
-                        (sse_event(e) async for e in events),
-                        state.config.server.keepalive_seconds):
-                    yield chunk
+                async for e in events:
+                    yield sse_event(e)
             except APIError as exc:
                 for event in run.builder.fail(exc.message, exc.code or "server_error"):
                     yield sse_event(event)
@@ -177,8 +175,9 @@ async def create_response(request: Request) -> Response:
                     run.gen.cancel()
             await _store(run)
 
-        return StreamingResponse(stream(), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache"})
+        return BeatingResponse(stream(), state.config.server.keepalive_seconds,
+                               media_type="text/event-stream",
+                               headers={"Cache-Control": "no-cache"})
     async for _ in events:
         pass
     await _store(run)

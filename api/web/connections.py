@@ -2,10 +2,10 @@
 for request headers (slowloris).
 
 uvicorn's own ``limit_concurrency`` does not count WebSocket upgrades and answers with a
-plain-text 503, and its h11 protocol has no deadline for a request's headers: a client
+plain-text 503, and its HTTP protocols have no deadline for a request's headers: a client
 that opens a connection and sends nothing, or a header byte at a time, holds it forever
 (every byte also cancels the keep-alive timer). ``guarded_protocol`` returns a subclass of
-uvicorn's ``H11Protocol`` that
+uvicorn's ``HttpToolsProtocol`` (``H11Protocol`` without httptools) that
 
 - refuses a connection past ``server.max_connections`` open ones (HTTP keep-alive and
   WebSocket alike): its first request, a WebSocket upgrade included, gets a 503
@@ -29,10 +29,16 @@ import socket
 from dataclasses import dataclass
 from typing import Any
 
-import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+try:  # llhttp through httptools: a C parser, and a send path far shorter than h11's
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+    BASE: type[Any] = HttpToolsProtocol
+except ImportError:  # pragma: no cover - httptools is a dependency; h11 stays the fallback
+    BASE = H11Protocol
+
 log = logging.getLogger("llamaserve.connections")
+MAX_REFUSED_HEAD = 64 * 1024  # request-head bytes read from a refused connection
 
 
 @dataclass(frozen=True)
@@ -51,12 +57,14 @@ def canned(status: int, reason: str, code: str, message: str) -> bytes:
     return head + body
 
 
-def guarded_protocol(limits: ConnectionLimits) -> type[H11Protocol]:
-    class GuardedH11Protocol(H11Protocol):
-        """uvicorn's h11 protocol with a connection cap and a header deadline."""
+def guarded_protocol(limits: ConnectionLimits, base: type[Any] = BASE) -> type[Any]:
+    """uvicorn's HTTP protocol (``base``: httptools', else h11's) with the guards."""
+
+    class GuardedProtocol(base):  # type: ignore[misc]
+        """uvicorn's HTTP protocol with a connection cap and a header deadline."""
 
         def connection_made(self, transport: asyncio.BaseTransport) -> None:
-            super().connection_made(transport)  # type: ignore[arg-type]
+            super().connection_made(transport)
             sock = transport.get_extra_info("socket")
             if limits.send_buffer is not None:
                 if sock is not None:
@@ -103,13 +111,11 @@ def guarded_protocol(limits: ConnectionLimits) -> type[H11Protocol]:
 
         def _refuse(self, data: bytes) -> None:
             """Over the cap: read up to the end of the request headers, answer 503."""
-            try:
-                self.conn.receive_data(data)
-                event = self.conn.next_event()
-            except h11.RemoteProtocolError:
+            self.refused_head = getattr(self, "refused_head", b"") + data
+            if len(self.refused_head) > MAX_REFUSED_HEAD:
                 self.transport.close()
                 return
-            if isinstance(event, h11.Request) and not self.transport.is_closing():
+            if b"\r\n\r\n" in self.refused_head and not self.transport.is_closing():
                 log.warning("refused a connection past server.max_connections = %d",
                             limits.max_connections)
                 self.transport.write(canned(
@@ -128,4 +134,4 @@ def guarded_protocol(limits: ConnectionLimits) -> type[H11Protocol]:
             self._disarm()
             super().connection_lost(exc)
 
-    return GuardedH11Protocol
+    return GuardedProtocol
