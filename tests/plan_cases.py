@@ -66,7 +66,7 @@ CASES = [
     Case("json_schema, thinking off", {"response_format": FORMAT, **OFF}, "json", False),
     # no budget anywhere: a constrained answer's thinking gets half of max_tokens
     Case("required, no budget", {**ONE, "tool_choice": "required", **ON}, "call", True,
-         140),
+         240),
 ]
 
 
