@@ -17,11 +17,7 @@ and evictions take an exclusive ``flock`` on ``.lock`` and re-read the
 directory first, and every process notices the others' new and removed files
 (the directory's mtime changes), so a prefix one replica saved is a hit on all.
 
-File layout: ``b"LLSC"``, u32 format version, u32 header length, JSON header
-``{key, n_tokens, state_bytes, snapshots, crc32}``, int32 tokens, state bytes, then the
-snapshot bytes (recurrent / hybrid models: the recurrent state at earlier positions,
-``snapshots`` = ``[[position, bytes], ...]`` in file order; see
-``engine.caches.snapshots``). The CRC covers tokens, state and snapshots.
+The file format is ``engine.caches.cache_file``.
 """
 
 from __future__ import annotations
@@ -29,65 +25,35 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
-import hashlib
-import json
 import logging
 import os
 import queue
-import struct
 import sys
 import threading
 import time
-import zlib
-from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass
+from io import BufferedReader
 from pathlib import Path
 from typing import Any
 
+from engine.caches.cache_file import (
+    SUFFIX,
+    Corrupt,
+    compat_key,
+    encode,
+    file_name,
+    read_body,
+    read_header,
+    read_tokens,
+)
 from engine.caches.prefix_tree import PrefixTree
 from engine.config import DiskCacheConfig
 from engine.metrics import EngineMetrics
 
 log = logging.getLogger("llamaserve.disk_cache")
 
-MAGIC = b"LLSC"
-FORMAT_VERSION = 2  # 2: snapshots after the state
-SUFFIX = ".lsc"
-_PREAMBLE = struct.Struct("<4sII")
-_MAX_HEADER = 1 << 16
-_SAMPLE = 1 << 16
-
-
-def model_fingerprint(path: str) -> dict[str, Any]:
-    """Size plus a SHA-256 over the GGUF header region, the tail and 64 evenly spaced
-    64 KiB samples: changes with any re-quantization or different weights, yet costs a
-    few MB of reading instead of hashing a multi-GB file at every start."""
-    size = os.path.getsize(path)
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        h.update(f.read(8 << 20))
-        for i in range(64):
-            f.seek(size * i // 64)
-            h.update(f.read(_SAMPLE))
-        f.seek(max(0, size - (1 << 20)))
-        h.update(f.read())
-    return {"size": size, "sampled_sha256": h.hexdigest()}
-
-
-def compat_key(model_path: str, layout: dict[str, Any]) -> str:
-    """Everything a saved sequence state depends on, hashed: the model file, the
-    llama.cpp build, the KV layout settings and the loaded adapters (``layout``)."""
-    fields = {"format": FORMAT_VERSION, "model": model_fingerprint(model_path), **layout}
-    return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
-
-
-def _tokens_bytes(tokens: list[int]) -> bytes:
-    arr = array("i", tokens)
-    if arr.itemsize != 4:  # pragma: no cover - every supported platform has 32-bit int
-        raise RuntimeError("array('i') is not 32-bit here")
-    return arr.tobytes()
-
+__all__ = ["SUFFIX", "DiskCache", "compat_key"]  # (the format's names tests and the engine use)
 
 @dataclass
 class _Entry:
@@ -101,10 +67,6 @@ class _Entry:
 def _job_size(tokens: list[int], state: bytearray,
               snapshots: tuple[tuple[int, bytes], ...]) -> int:
     return len(state) + sum(len(d) for _, d in snapshots) + 4 * len(tokens) + 1024
-
-
-class _Corrupt(Exception):
-    pass
 
 
 WRITE_BACKOFF = 10.0  # seconds saves are skipped after a failed write
@@ -234,43 +196,25 @@ class DiskCache:
     def _index(self, path: Path, st: os.stat_result) -> None:
         try:
             with open(path, "rb") as f:
-                header = self._read_header(f, path)
+                header = self._read_header(f)
                 if header is None:  # another model's or build's: evicted like any file
                     with self._lock:
                         self._foreign[path.name] = _Entry(path.name, 0, st.st_size, st.st_mtime)
                     return
-                tokens = array("i")
-                tokens.frombytes(f.read(4 * header["n_tokens"]))
+                tokens = read_tokens(f, header)
             with self._lock:
-                self._add(path.name, tokens.tolist(), st.st_size, st.st_mtime,
+                self._add(path.name, tokens, st.st_size, st.st_mtime,
                           tuple(e[0] for e in header["snapshots"]))
         except FileNotFoundError:
             return
-        except (OSError, _Corrupt, ValueError, KeyError, TypeError) as exc:
+        except (OSError, Corrupt, ValueError, KeyError, TypeError) as exc:
             self._reject(path, "corrupt", exc)
 
-    def _read_header(self, f: Any, path: Path) -> dict[str, Any] | None:
-        """Parse and check the header; None when it belongs to another model / build /
-        layout (counted, left for its owner). Raises _Corrupt when it cannot be what any
-        llamaserve wrote."""
-        pre = f.read(_PREAMBLE.size)
-        if len(pre) != _PREAMBLE.size:
-            raise _Corrupt("short preamble")
-        magic, version, header_len = _PREAMBLE.unpack(pre)
-        if magic != MAGIC or header_len > _MAX_HEADER:
-            raise _Corrupt("bad magic")
-        header: dict[str, Any] = json.loads(f.read(header_len))
-        if version != FORMAT_VERSION or header.get("key") != self.key:
+    def _read_header(self, f: BufferedReader) -> dict[str, Any] | None:
+        """``cache_file.read_header``, counting another model's or build's file."""
+        header = read_header(f, self.key)
+        if header is None:
             self.metrics.disk_rejected.labels("incompatible").inc()
-            return None
-        snaps = header.setdefault("snapshots", [])
-        if not all(isinstance(e, list) and len(e) == 2 and 0 < e[0] < header["n_tokens"]
-                   and e[1] > 0 for e in snaps):
-            raise _Corrupt("bad snapshot table")
-        expected = _PREAMBLE.size + header_len + 4 * header["n_tokens"] + header["state_bytes"] \
-            + sum(e[1] for e in snaps)
-        if os.fstat(f.fileno()).st_size != expected:
-            raise _Corrupt("truncated")
         return header
 
     def _add(self, name: str, tokens: list[int], size: int, last_used: float,
@@ -381,25 +325,16 @@ class DiskCache:
         path = self.dir / name
         try:
             with open(path, "rb") as f:
-                header = self._read_header(f, path)
+                header = self._read_header(f)
                 if header is None:
                     return None
-                table = [(int(p), int(k)) for p, k in header["snapshots"]]
-                body = bytearray(4 * header["n_tokens"] + header["state_bytes"]
-                                 + sum(k for _, k in table))
-                if f.readinto(body) != len(body):
-                    raise _Corrupt("truncated")
-            if zlib.crc32(body) != header["crc32"]:
-                raise _Corrupt("checksum mismatch")
-            split = 4 * header["n_tokens"]
-            if bytes(body[:split]) != _tokens_bytes(tokens):
-                raise _Corrupt("tokens differ from the index")
+                state, snapshots = read_body(f, header, tokens)
         except FileNotFoundError:
             with self._lock:
                 self._tree.remove(name)
                 self._entries.pop(name, None)
             return None
-        except (OSError, _Corrupt, ValueError, KeyError, TypeError) as exc:
+        except (OSError, Corrupt, ValueError, KeyError, TypeError) as exc:
             self._reject(path, "corrupt", exc)
             return None
         now = time.time()
@@ -409,14 +344,7 @@ class DiskCache:
                 entry.last_used = now
         with contextlib.suppress(OSError):
             os.utime(path, (now, now))
-        snapshots: dict[int, bytes] = {}
-        at = split + header["state_bytes"]
-        for pos, k in table:
-            snapshots[pos] = bytes(body[at : at + k])
-            at += k
-        del body[split + header["state_bytes"]:]
-        del body[:split]
-        return body, snapshots
+        return state, snapshots
 
     def hit(self) -> None:
         self.metrics.disk_hits.inc()
@@ -468,19 +396,11 @@ class DiskCache:
         self._failing_until = time.monotonic() + WRITE_BACKOFF
 
     def _name(self, tokens: list[int]) -> str:
-        return hashlib.sha256(self.key.encode() + _tokens_bytes(tokens)).hexdigest()[:40] + SUFFIX
+        return file_name(self.key, tokens)
 
     def _write(self, name: str, tokens: list[int], state: bytearray,
                snapshots: tuple[tuple[int, bytes], ...] = ()) -> None:
-        tok = _tokens_bytes(tokens)
-        crc = zlib.crc32(state, zlib.crc32(tok))
-        for _, data in snapshots:
-            crc = zlib.crc32(data, crc)
-        header = json.dumps({"key": self.key, "n_tokens": len(tokens),
-                             "state_bytes": len(state),
-                             "snapshots": [[p, len(d)] for p, d in snapshots],
-                             "crc32": crc}).encode()
-        extra = sum(len(d) for _, d in snapshots)
+        parts = encode(self.key, tokens, state, snapshots)
         final = self.dir / name
         tmp = self.dir / f".tmp-{name}-{os.getpid()}-{threading.get_ident()}"
         with self._dir_lock():
@@ -488,15 +408,11 @@ class DiskCache:
             if name in self._entries:  # another process wrote the same sequence
                 return
             # room first, so the directory never holds more than max_bytes, even mid-write
-            self._evict(reserve=_PREAMBLE.size + len(header) + len(tok) + len(state) + extra)
+            self._evict(reserve=sum(len(p) for p in parts))
             try:
                 with open(tmp, "wb") as f:
-                    f.write(_PREAMBLE.pack(MAGIC, FORMAT_VERSION, len(header)))
-                    f.write(header)
-                    f.write(tok)
-                    f.write(state)
-                    for _, data in snapshots:
-                        f.write(data)
+                    for part in parts:
+                        f.write(part)
                     f.flush()
                     os.fsync(f.fileno())
                 os.replace(tmp, final)
