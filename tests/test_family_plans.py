@@ -79,6 +79,10 @@ def test_harmony_channels_in_any_chunking(size: int) -> None:
     out = parser.feed("x<|end|><|start|>assistant<|channel|>final<|message|>Hello")
     out.extend(parser.finish())
     assert (out.reasoning, out.content, out.tool_calls) == ("x", "Hello", [])
+    parser = HarmonyParser(in_reasoning=False)  # no header at all: content as it is
+    out = parser.feed("plain words")
+    out.extend(parser.finish())
+    assert (out.reasoning, out.content) == ("", "plain words")
 
 
 def test_family_grammars_wait_for_the_end_of_reasoning_and_type_the_values() -> None:

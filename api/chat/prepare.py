@@ -36,7 +36,7 @@ CONSTRAINED_BUDGET = 4096
 class Prepared:
     prompt: list[int]
     params: SamplingParams
-    in_reasoning: bool  # the template opened a reasoning block in the prompt
+    in_reasoning: bool  # the prompt opened a reasoning block (the template, or the server)
     media: tuple[MediaSpan, ...] = ()
     message_ends: tuple[int, ...] = ()  # engine.request.Request.message_ends
 
