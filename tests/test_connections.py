@@ -9,6 +9,7 @@ import json
 import socket
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -139,3 +140,26 @@ def test_stalled_stream_is_cancelled_at_the_buffer_limit(server: ServerProcess) 
     data = read_all(s)
     assert b"client_too_slow" in data
     assert server.metrics()["llamaserve_requests_running"] == 0
+
+
+def test_endless_headers_get_431_without_filling_memory(server: ServerProcess) -> None:
+    """A client sending header lines as fast as it can, within the header deadline: past
+    64 KiB of request head it gets a 431 error object and the connection closes (the
+    HTTP parser would buffer them all); the server's memory stays put."""
+    def rss() -> int:
+        status = Path(f"/proc/{server.proc.pid}/status").read_text()
+        return int(next(x for x in status.splitlines() if x.startswith("VmRSS")).split()[1])
+
+    before = rss()
+    s = raw_connection(server)
+    s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+    line = b"X-Junk: " + b"a" * 8000 + b"\r\n"
+    try:
+        for _ in range(4000):  # 32 MB
+            s.sendall(line)
+    except OSError:
+        pass  # closed on us: what should happen
+    reply = read_all(s)
+    assert reply.startswith(b"HTTP/1.1 431") and b"headers_too_large" in reply
+    assert rss() - before < 16 * 1024  # KiB
+    assert httpx.get(f"{server.url}/healthz", timeout=10).status_code == 200

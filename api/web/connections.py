@@ -12,7 +12,9 @@ uvicorn's ``HttpToolsProtocol`` (``H11Protocol`` without httptools) that
   ``{"error": {..., "code": "too_many_connections"}}`` with ``Connection: close``;
 - closes a connection whose request headers are not complete ``server.header_timeout``
   seconds after it opened or after its previous response ended (a 408 error object is
-  sent first when some bytes of a request had arrived).
+  sent first when some bytes of a request had arrived);
+- answers 431 and closes when a request's line and headers pass ``MAX_HEAD`` bytes
+  (httptools itself buffers them without a limit).
 
 ``server.send_buffer_bytes`` sets each connection's kernel send buffer and its transport's
 high-water mark (otherwise OS autotuning, up to megabytes, and 64 KiB): what a client that
@@ -39,6 +41,7 @@ except ImportError:  # pragma: no cover - httptools is a dependency; h11 stays t
 
 log = logging.getLogger("llamaserve.connections")
 MAX_REFUSED_HEAD = 64 * 1024  # request-head bytes read from a refused connection
+MAX_HEAD = 64 * 1024  # a request line and headers, in all (431 past it)
 
 
 @dataclass(frozen=True)
@@ -50,8 +53,10 @@ class ConnectionLimits:
 
 def canned(status: int, reason: str, code: str, message: str) -> bytes:
     """A complete HTTP/1.1 response with an OpenAI-style error body, closing the connection."""
-    body = json.dumps({"error": {"message": message, "type": "server_error" if status >= 500
-                                 else "timeout_error", "param": None, "code": code}}).encode()
+    kind = "server_error" if status >= 500 else "timeout_error" if status == 408 \
+        else "invalid_request_error"
+    body = json.dumps({"error": {"message": message, "type": kind, "param": None,
+                                 "code": code}}).encode()
     head = (f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n"
             f"content-length: {len(body)}\r\nconnection: close\r\n\r\n").encode()
     return head + body
@@ -72,7 +77,9 @@ def guarded_protocol(limits: ConnectionLimits, base: type[Any] = BASE) -> type[A
                 # uvicorn awaits the transport's drain past this (64 KiB by default)
                 transport.set_write_buffer_limits(high=limits.send_buffer)  # type: ignore[attr-defined]
             self.refused = len(self.connections) > limits.max_connections
+            self.refused_head = b""
             self.seen_bytes = False
+            self.head_bytes = 0
             self.header_timer: asyncio.TimerHandle | None = None
             self.waiting_cycle: Any = None
             self._arm()
@@ -81,6 +88,7 @@ def guarded_protocol(limits: ConnectionLimits, base: type[Any] = BASE) -> type[A
             self._disarm()
             self.waiting_cycle = self.cycle
             self.seen_bytes = False
+            self.head_bytes = 0
             self.header_timer = self.loop.call_later(limits.header_timeout, self._expired)
 
         def _disarm(self) -> None:
@@ -104,14 +112,25 @@ def guarded_protocol(limits: ConnectionLimits, base: type[Any] = BASE) -> type[A
                 return
             self.seen_bytes = True
             super().data_received(data)
-            if self.header_timer is not None and (
-                    self.cycle is not self.waiting_cycle or self.transport.get_protocol()
-                    is not self):  # headers complete: a new cycle, or upgraded to WebSocket
+            if self.header_timer is None:
+                return
+            if self.cycle is not self.waiting_cycle or self.transport.get_protocol() \
+                    is not self:  # headers complete: a new cycle, or upgraded to WebSocket
                 self._disarm()
+                return
+            # still in the request's head: httptools buffers headers without a limit (h11
+            # stopped at 16 KiB), so a fast client could fill memory within the deadline
+            self.head_bytes += len(data)
+            if self.head_bytes > MAX_HEAD and not self.transport.is_closing():
+                self._disarm()
+                self.transport.write(canned(431, "Request Header Fields Too Large",
+                                            "headers_too_large",
+                                            f"Request headers over {MAX_HEAD} bytes"))
+                self.transport.close()
 
         def _refuse(self, data: bytes) -> None:
             """Over the cap: read up to the end of the request headers, answer 503."""
-            self.refused_head = getattr(self, "refused_head", b"") + data
+            self.refused_head += data
             if len(self.refused_head) > MAX_REFUSED_HEAD:
                 self.transport.close()
                 return
