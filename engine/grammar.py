@@ -237,13 +237,31 @@ def xml_tool_call_grammar(tools: list[dict[str, Any]], start: str, end: str, *,
         raise _tools_error(exc) from None
 
 
+def raw_pattern(conv: Any, pattern: str, name: str) -> str:
+    """The rule of the text an anchored ``pattern`` matches, unquoted (for markup that
+    writes strings bare: Qwen3.5's XML values, Gemma 4's quoted-by-token strings). The
+    schema passed through ``SchemaSet`` first, so the pattern is anchored and its counts are
+    bounded; what the converter still cannot read is a ``GrammarError``."""
+    conv._raw_pattern = True
+    try:
+        return str(conv._visit_pattern(pattern, f"{name}-pattern"))
+    except Exception as exc:  # the converter's own checks are asserts
+        raise GrammarError(f"cannot build a grammar for pattern {pattern!r}: {exc}") from None
+    finally:
+        conv._raw_pattern = False
+
+
 def _xml_string(conv: Any, target: dict[str, Any], name: str) -> str:
     """A parameter's text value in XML call markup (no quotes): one of its ``enum`` /
-    ``const`` strings, else one line of ``minLength``..``maxLength`` characters (counts past
-    ``engine.json_schema.REPEAT_LIMIT`` were already dropped), else any text."""
+    ``const`` strings, else the text its anchored ``pattern`` matches, else one line of
+    ``minLength``..``maxLength`` characters (counts past ``engine.json_schema.REPEAT_LIMIT``
+    were already dropped), else any text."""
     values = target.get("enum", [target["const"]] if "const" in target else None)
     if values and all(isinstance(v, str) for v in values):
         return str(conv._add_rule(name, " | ".join(_gbnf_literal(v) for v in values)))
+    pattern = target.get("pattern")
+    if isinstance(pattern, str) and pattern.startswith("^") and pattern.endswith("$"):
+        return raw_pattern(conv, pattern, name)
     lo, hi = target.get("minLength", 0), target.get("maxLength")
     if lo or hi is not None:  # one line, so each character counts once
         count = f"{{{lo},{hi}}}" if hi is not None else f"{{{lo},}}"
@@ -260,6 +278,8 @@ def _xml_grammar(tools: list[dict[str, Any]], start: str, end: str, *,
     conv, schemas = _converter(), SchemaSet()
     conv._add_rule("xml-char", '[^\\n] | "\\n" [^<]')
     conv._add_rule("xml-text", "xml-char*")
+    conv._add_rule("xml-any-parameter", '"<parameter=" [A-Za-z0-9_.-]+ ">\\n" xml-text '
+                                        '"\\n</parameter>\\n"')
     alternatives = []
     for i, (tool, params) in enumerate(zip(tools, tool_parameters(tools), strict=True)):
         fn = tool["function"]
@@ -278,6 +298,9 @@ def _xml_grammar(tools: list[dict[str, Any]], start: str, end: str, *,
             rule = conv._add_rule(f"fn{i}-p{j}", f'{_gbnf_literal(f"<parameter={key}>" + chr(10))} '
                                   f'{value} {_gbnf_literal(chr(10) + "</parameter>" + chr(10))}')
             parts.append(rule if key in required else f"{rule}?")
+        closed = isinstance(local, dict) and local.get("additionalProperties") is False
+        if not props and not closed:
+            parts.append("xml-any-parameter*")  # any object: parameters of any name
         head = _gbnf_literal(f"<function={fn['name']}>" + chr(10))
         alternatives.append(conv._add_rule(f"fn{i}", " ".join(
             [head, *parts, _gbnf_literal("</function>")])))

@@ -30,6 +30,7 @@ from engine.grammar import (
     _trigger,
     _visit,
     bounded,
+    raw_pattern,
     strict_strings,
 )
 from engine.json_schema import SchemaSet
@@ -127,14 +128,7 @@ class _Values:
         quote = _gbnf_literal(QUOTE)
         pattern = schema.get("pattern")
         if isinstance(pattern, str) and pattern.startswith("^") and pattern.endswith("$"):
-            self.conv._raw_pattern = True
-            try:
-                inner = str(self.conv._visit_pattern(pattern, f"{name}-pattern"))
-            except Exception as exc:  # the converter's own checks are asserts
-                raise GrammarError(f"cannot build a grammar for pattern {pattern!r}: "
-                                   f"{exc}") from None
-            finally:
-                self.conv._raw_pattern = False
+            inner = raw_pattern(self.conv, pattern, name)
             return self._add(name, f"{quote} {inner} {quote}")
         lo, hi = schema.get("minLength", 0), schema.get("maxLength")
         if lo or hi is not None:

@@ -30,7 +30,9 @@ from engine.sampling.reasoning import ReasoningBudget, ReasoningGuard
 WEATHER = {"type": "object", "properties": {
     "city": {"type": "string", "enum": ["Paris", "Rome", "Oslo"]},
     "days": {"type": "integer"},
-    "note": {"type": "string", "maxLength": 6}}, "required": ["city", "days"]}
+    "note": {"type": "string", "maxLength": 6},
+    "code": {"type": "string", "pattern": "^[A-Z]{3}-[0-9]{2}$"}},
+    "required": ["city", "days", "code"]}
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": WEATHER}},
          {"type": "function", "function": {"name": "get_time", "parameters": {
              "type": "object", "properties": {"zone": {"const": "UTC"}},
@@ -76,6 +78,7 @@ def test_forced_calls_and_json_wait_for_the_end_of_reasoning() -> None:
     rules = dict(line.split(" ::= ", 1) for line in call.text.splitlines())
     assert rules["fn0-p0-value"] == '"Paris" | "Rome" | "Oslo"'  # enum honoured in XML
     assert rules["fn0-p2-value"] == "[^\\n]{0,6}"  # maxLength too (one line: chars count once)
+    assert rules["fn0-p3-value-pattern"].startswith("fn0-p3-value-pattern-1 ")  # and pattern
     assert rules["fn1-p0-value"] == '"UTC"'  # and const
     free = xml_tool_call_grammar(TOOLS, "<tool_call>", "</tool_call>", parallel=True,
                                  lazy=True)
@@ -207,15 +210,35 @@ def test_anthropic_budget_tokens_and_tool_choice_any(server: ServerProcess) -> N
     ("/v1/chat/completions", {"reasoning_budget_tokens": "lots"}, "reasoning_budget_tokens"),
     ("/v1/messages", {"thinking": {"type": "enabled", "budget_tokens": -5}},
      "thinking.budget_tokens"),
+    ("/v1/chat/completions", {"tools": [{"type": "function", "function": {
+        "name": "f", "strict": True, "parameters": {"type": "object", "properties": {
+            "s": {"type": "string", "pattern": "^(?=a)b$"}}, "required": ["s"]}}}],
+        "tool_choice": "required"}, "tools"),  # a lookahead: no grammar can be built
 ])
-def test_bad_budgets_are_400s_naming_the_field(server: ServerProcess, route: str,
-                                               body: dict[str, Any], param: str) -> None:
+def test_bad_budgets_and_patterns_are_400s_naming_the_field(
+        server: ServerProcess, route: str, body: dict[str, Any], param: str) -> None:
     base = {"model": "tiny-qwen", "max_tokens": 4,
             "messages": [{"role": "user", "content": "Hi"}]}
     r = httpx.post(server.url + route, json={**base, **body}, timeout=30)
     assert r.status_code == 400, r.text
     error = r.json()["error"]
     assert param in (error.get("param") or error.get("message", "")), error
+
+
+def test_a_tool_the_grammar_cannot_express_is_called_with_any_parameters(
+        client: OpenAI) -> None:
+    """Not ``strict``: a schema the converter cannot read (a lookahead) falls back to any
+    object, which in XML markup is any number of named text parameters, so a forced call
+    is still a call."""
+    tools = [{"type": "function", "function": {"name": "lookup", "parameters": {
+        "type": "object", "properties": {"s": {"type": "string", "pattern": "^(?=a)b$"}},
+        "required": ["s"]}}}]
+    for seed in range(3):
+        finish, content, calls = chat(client, seed, False, tools=tools, tool_choice="required",
+                                      extra_body={"thinking_budget_tokens": BUDGET})
+        assert finish == "tool_calls" and {c[0] for c in calls} == {"lookup"}, (seed, content)
+        assert all(isinstance(json.loads(arguments), dict) for _, arguments in calls)
+        no_markers(content)
 
 
 def test_the_config_sets_budgets_per_effort(tmp_path: Path) -> None:
@@ -244,6 +267,7 @@ def test_responses_api_forced_call_after_budgeted_thinking(client: OpenAI) -> No
                                     parallel_tool_calls=False, temperature=1.0,
                                     extra_body={"thinking_budget_tokens": BUDGET,
                                                 "seed": seed})
+        assert r.usage is not None and r.usage.output_tokens_details.reasoning_tokens <= BUDGET + 3
         kinds = [item.type for item in r.output]
         assert "reasoning" in kinds and kinds[-1] == "function_call", kinds
         call = r.output[-1]

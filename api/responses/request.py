@@ -305,7 +305,11 @@ def parse_request(body: Body, open_reasoning: Opener | None = None) -> ResponseR
                      ("max_output_tokens", "max_tokens"), ("parallel_tool_calls",
                                                            "parallel_tool_calls"),
                      ("seed", "seed"), ("top_k", "top_k"), ("min_p", "min_p"),
-                     ("model", "model"), ("lora", "lora")):
+                     ("model", "model"), ("lora", "lora"),
+                     # llama-server's extensions, as its chat route reads them
+                     ("thinking_budget_tokens", "thinking_budget_tokens"),
+                     ("reasoning_budget_tokens", "reasoning_budget_tokens"),
+                     ("chat_template_kwargs", "chat_template_kwargs")):
         if data.get(src) is not None:
             chat[dst] = data[src]
     tools, offered = _tools(data.get("tools"))
