@@ -15,7 +15,7 @@ valid as ``tests/plan_cases.problem`` says (calls in ``tool_calls`` valid agains
 schema, JSON in ``content`` valid against its schema, reasoning in ``reasoning_content``,
 none of the family's markup in the content).
 
-    python bench/thinking_tools.py [--seeds 100] [--families harmony gemma4]
+    python bench/thinking_tools.py [--seeds 100] [--families harmony gemma4 qwen35 hermes]
         [--llama-server /tmp/llama-build/bin/llama-server] [--threads 2]
 
 Writes ``bench/results/thinking_tools.json``; ``--show N`` prints N failures per cell.
@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from make_family_models import chat_template, server_config, write_family_model  # noqa: E402
-from plan_cases import CASES, Case, problem, request  # noqa: E402
+from plan_cases import Case, family_cases, problem, request  # noqa: E402
 
 from report import report  # noqa: E402
 
@@ -113,7 +113,7 @@ def run_cases(url: str, family: str, seeds: int, show: int, label: str
     """Per case: valid answers, and the commonest problem of the others."""
     valid: dict[str, tuple[int, str]] = {}
     with ThreadPoolExecutor(PARALLEL) as pool:
-        for case in CASES:
+        for case in family_cases(family):
             problems = list(pool.map(lambda s, c=case: sample(url, family, c, s),
                                      range(seeds)))
             common = Counter(p.split(":")[0][:70] for p in problems if p is not None)
@@ -129,7 +129,7 @@ def run_cases(url: str, family: str, seeds: int, show: int, label: str
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, default=100)
-    ap.add_argument("--families", nargs="+", default=["harmony", "gemma4"])
+    ap.add_argument("--families", nargs="+", default=["harmony", "gemma4", "qwen35", "hermes"])
     ap.add_argument("--servers", nargs="+", default=["llamaserve", "llama-server"])
     ap.add_argument("--llama-server", default=os.environ.get(
         "LLAMA_SERVER", "/tmp/llama-build/bin/llama-server"))
@@ -157,7 +157,7 @@ def main() -> None:
                     proc.wait(30)
     rows: list[dict[str, object]] = []
     for family in args.families:
-        for case in CASES:
+        for case in family_cases(family):
             row: dict[str, object] = {"family": family, "case": case.name}
             for server in args.servers:
                 got = results.get((family, server), {}).get(case.name)

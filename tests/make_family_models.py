@@ -9,7 +9,11 @@ render; Gemma 4's ``<turn|>`` ends a turn), the family's end of turn as EOS, and
 shipped config's chat template as ``tokenizer.chat_template`` (llama-server reads it
 there). Nothing but a grammar and a budget guide what such a model writes.
 
-    python tests/make_family_models.py harmony|gemma4   # $LLAMASERVE_CACHE/test-models/…
+Qwen3.5's XML calls and Qwen2.5's Hermes JSON calls need no new token (``<tool_call>`` is
+in Qwen2.5's vocabulary; ``<think>`` is text there): their files are the same llama with
+the shipped config's template (Qwen2.5-Coder's config has none: its GGUF's own).
+
+    python tests/make_family_models.py harmony|gemma4|qwen35|hermes
 """
 
 from __future__ import annotations
@@ -27,7 +31,9 @@ from make_tiny_model import write_tiny_model  # noqa: E402
 
 from engine.model_pull import cache_dir, fetch  # noqa: E402
 
-CONFIGS = {"harmony": "gpt-oss-120b.json", "gemma4": "gemma-4-12b-it-qat.json"}
+CONFIGS = {"harmony": "gpt-oss-120b.json", "gemma4": "gemma-4-12b-it-qat.json",
+           # Qwen's own markup is in Qwen2.5's vocabulary already: the tokenizer as it is
+           "qwen35": "qwen3.5-0.8b.json", "hermes": "qwen2.5-coder-0.5b.json"}
 TOKENS = {
     "harmony": ("<|start|>", "<|channel|>", "<|message|>", "<|constrain|>", "<|end|>",
                 "<|return|>", "<|call|>"),
@@ -35,7 +41,8 @@ TOKENS = {
                "<tool_call|>", '<|"|>', "<|think|>", "<|tool>", "<tool|>",
                "<|tool_response>", "<tool_response|>"),
 }
-EOS = {"harmony": "<|return|>", "gemma4": "<turn|>"}
+EOS = {"harmony": "<|return|>", "gemma4": "<turn|>", "qwen35": "<|im_end|>",
+       "hermes": "<|im_end|>"}
 CONTROL = 3  # GGUF token type
 STRING = 8  # GGUF value type
 
@@ -47,7 +54,10 @@ def family_config(family: str) -> dict[str, object]:
 
 
 def chat_template(family: str) -> str:
-    template = family_config(family)["model"]["chat_template"]  # type: ignore[index]
+    """The shipped config's template, else (Qwen2.5-Coder's config) its GGUF's own."""
+    template = family_config(family)["model"].get("chat_template")  # type: ignore[attr-defined]
+    if template is None:
+        return str(read_tokenizer_kv(fetch("qwen-0.5b"))["tokenizer.chat_template"].value)
     return "".join(template) if isinstance(template, list) else str(template)
 
 
@@ -56,7 +66,7 @@ def family_tokenizer(family: str) -> dict[str, KV]:
     tokens = list(kv["tokenizer.ggml.tokens"].value)
     types = list(kv["tokenizer.ggml.token_type"].value)
     free = [i for i, t in enumerate(tokens) if t.startswith("[PAD")]
-    for i, text in zip(free, TOKENS[family], strict=False):
+    for i, text in zip(free, TOKENS.get(family, ()), strict=False):
         tokens[i], types[i] = text, CONTROL
     out = dict(kv)
     out["tokenizer.ggml.tokens"] = KV(kv["tokenizer.ggml.tokens"].vtype, tokens,

@@ -36,7 +36,11 @@ OFF = {"chat_template_kwargs": {"enable_thinking": False}}
 MARKUP = {"harmony": ("<|start|>", "<|channel|>", "<|message|>", "<|constrain|>", "<|end|>",
                       "<|return|>", "<|call|>"),
           "gemma4": ("<|turn>", "<turn|>", "<|channel>", "<channel|>", "<|tool_call>",
-                     "<tool_call|>", '<|"|>', "<|tool_response>")}
+                     "<tool_call|>", '<|"|>', "<|tool_response>"),
+          "qwen35": ("<think>", "</think>", "<tool_call>", "</tool_call>", "<function=",
+                     "<parameter=", "<|im_end|>"),
+          "hermes": ("<tool_call>", "</tool_call>", "<|im_end|>")}
+THINKS = {"harmony", "gemma4", "qwen35"}  # Qwen2.5's template has no reasoning block
 
 
 @dataclass(frozen=True)
@@ -68,6 +72,11 @@ CASES = [
     Case("required, no budget", {**ONE, "tool_choice": "required", **ON}, "call", True,
          240),
 ]
+
+
+def family_cases(family: str) -> list[Case]:
+    """The cases a family's template can take (one without thinking: those without)."""
+    return [c for c in CASES if family in THINKS or not c.thinking]
 
 
 def request(case: Case, seed: int, stream: bool = False) -> dict[str, Any]:
