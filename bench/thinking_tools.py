@@ -15,7 +15,8 @@ valid as ``tests/plan_cases.problem`` says (calls in ``tool_calls`` valid agains
 schema, JSON in ``content`` valid against its schema, reasoning in ``reasoning_content``,
 none of the family's markup in the content).
 
-    python bench/thinking_tools.py [--seeds 100] [--families harmony gemma4 qwen35 hermes]
+    python bench/thinking_tools.py [--seeds 100] [--llama-server-seeds 20]
+        [--families harmony gemma4 qwen35 hermes]
         [--llama-server /tmp/llama-build/bin/llama-server] [--threads 2]
 
 Writes ``bench/results/thinking_tools.json``; ``--show N`` prints N failures per cell.
@@ -131,12 +132,17 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=100)
     ap.add_argument("--families", nargs="+", default=["harmony", "gemma4", "qwen35", "hermes"])
     ap.add_argument("--servers", nargs="+", default=["llamaserve", "llama-server"])
+    ap.add_argument("--llama-server-seeds", type=int, default=None,
+                    help="fewer seeds for llama-server (default: --seeds)")
     ap.add_argument("--llama-server", default=os.environ.get(
         "LLAMA_SERVER", "/tmp/llama-build/bin/llama-server"))
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--show", type=int, default=0)
     args = ap.parse_args()
     results: dict[tuple[str, str], dict[str, tuple[int, str]]] = {}
+    seeds = {server: args.seeds for server in args.servers}
+    if args.llama_server_seeds is not None:
+        seeds["llama-server"] = args.llama_server_seeds
     with tempfile.TemporaryDirectory() as tmp_dir:
         tmp = Path(tmp_dir)
         for family in args.families:
@@ -150,8 +156,8 @@ def main() -> None:
                 try:
                     wait_ready(url + ("/health" if server == "llama-server" else "/healthz"),
                                proc)
-                    results[(family, server)] = run_cases(url, family, args.seeds, args.show,
-                                                          server)
+                    results[(family, server)] = run_cases(url, family, seeds[server],
+                                                          args.show, server)
                 finally:
                     proc.terminate()
                     proc.wait(30)
@@ -161,7 +167,7 @@ def main() -> None:
             row: dict[str, object] = {"family": family, "case": case.name}
             for server in args.servers:
                 got = results.get((family, server), {}).get(case.name)
-                row[server] = "" if got is None else f"{got[0]}/{args.seeds}"
+                row[server] = "" if got is None else f"{got[0]}/{seeds[server]}"
             for server in args.servers:
                 got = results.get((family, server), {}).get(case.name)
                 row[f"{server} mostly"] = got[1] if got else ""

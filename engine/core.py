@@ -41,6 +41,7 @@ from engine.scheduler import BatchItem, Scheduler, StepPlan
 from engine.step_budget import StepBudget
 
 log = logging.getLogger("llamaserve.engine")
+KV_GAUGE_PERIOD = 0.05  # seconds between llamaserve_kv_cells_used updates while busy
 
 Publish = Callable[[list[tuple[Request, Delta]]], None]
 
@@ -114,6 +115,7 @@ class Engine:
         self._down_lock = threading.Lock()
         self._step_lock = threading.Lock()  # held by the engine thread while it runs a turn
         self._pending: list[tuple[Request, Delta]] = []  # the turn's output, not yet published
+        self._kv_gauge_at = 0.0  # when llamaserve_kv_cells_used was last set (perf_counter)
         self.metrics.seqs_total.set(runner.n_seq_max)
         self.metrics.kv_cells_total.set(runner.n_ctx)
         self.metrics.bind(lambda: len(self.scheduler.running),
@@ -225,7 +227,11 @@ class Engine:
         try:
             while not self._stopping:
                 out = self._pending = []
-                self._drain_inbox(out, block=not (self.scheduler.has_work or self.embeds))
+                idle = not (self.scheduler.has_work or self.embeds)
+                if idle and self._kv_gauge_at:  # exact while nothing runs
+                    self._kv_gauge_at = 0.0
+                    self.metrics.kv_cells_used.set(self.cache.cells_used())
+                self._drain_inbox(out, block=idle)
                 with self._step_lock:
                     if self.backend_failure is not None:
                         raise BackendUnavailable(self.backend_failure)
@@ -280,6 +286,8 @@ class Engine:
         return out
 
     def _drain_inbox(self, out: list[tuple[Request, Delta]], block: bool) -> None:
+        if not block and self._inbox.empty():
+            return  # (most steps: cheaper than catching queue.Empty)
         try:
             item = self._inbox.get(block=block)
         except queue.Empty:
@@ -333,17 +341,20 @@ class Engine:
                 for item in plan.items:
                     self.delivery.fail(item.request, error, out)
             now = time.perf_counter()
+            n_tokens = plan.num_tokens
             self.metrics.step_seconds.observe(now - started)
-            self.metrics.batch_tokens.observe(plan.num_tokens)
+            self.metrics.batch_tokens.observe(n_tokens)
             if self.step_budget is not None:
                 prefill = sum(len(item.tokens) for item in plan.items
                               if item.pos < len(item.request.prompt))
-                self._observe_budget(plan.num_tokens - prefill, prefill, now - decode_started)
+                self._observe_budget(n_tokens - prefill, prefill, now - decode_started)
             # decode steps only: prefill chunks are cheaper per token than drafted tokens
             if self.drafting is not None and all(
                     item.pos >= len(item.request.prompt) for item in plan.items):
-                self.drafting.observe_step(plan.num_tokens, now - decode_started)
-        self.metrics.kv_cells_used.set(self.cache.cells_used())
+                self.drafting.observe_step(n_tokens, now - decode_started)
+        if started - self._kv_gauge_at >= KV_GAUGE_PERIOD:  # walking the ledger costs a
+            self._kv_gauge_at = started  # few µs a step; a scrape sees it at most this old
+            self.metrics.kv_cells_used.set(self.cache.cells_used())
 
     def _observe_budget(self, decode: int, prefill: int, seconds: float) -> None:
         budget = self.step_budget
@@ -465,7 +476,8 @@ class Engine:
                 self._sample(r, index, out)
                 if self.drafting is not None and r.draft_state is not None and r.output:
                     self.drafting.verified(r, 0, r.output[-1:])
-        self.metrics.prompt_tokens.inc(prompt_tokens)
+        if prompt_tokens:
+            self.metrics.prompt_tokens.inc(prompt_tokens)
 
     def _prompt_logprobs(self, item: BatchItem, last_index: int) -> None:
         r, first = item.request, last_index - len(item.tokens) + 1

@@ -1,13 +1,63 @@
-"""Prometheus metrics of the engine (one registry per engine, so tests can run several)."""
+"""Prometheus metrics of the engine (one registry per engine, so tests can run several).
+
+The series the engine thread updates at every token or step (generated and prompt tokens,
+time to first token, inter-token time, step time, batch size) are ``StepCounter`` and
+``StepHistogram``: plain numbers only that thread writes, read when ``/metrics`` is
+scraped. prometheus_client's own take a lock and check their state on every call (~1 µs
+an increment, ~2 µs an observation, against ~0.1 and ~0.3 µs), a cost paid per token.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import bisect
+import math
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import CounterMetricFamily
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
+
+
+class StepCounter(Collector):
+    """A counter one thread increments (no lock: a scrape reads a value at most a step
+    old). Exposed like prometheus_client's (``NAME_total``), without ``_created``."""
+
+    def __init__(self, name: str, documentation: str, registry: CollectorRegistry) -> None:
+        self.name, self.documentation = name, documentation
+        self.value = 0.0
+        registry.register(self)
+
+    def inc(self, amount: float = 1) -> None:
+        self.value += amount
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        yield CounterMetricFamily(self.name, self.documentation, value=self.value)
+
+
+class StepHistogram(Collector):
+    """A histogram one thread observes into (bucket counts in a list, no lock)."""
+
+    def __init__(self, name: str, documentation: str, buckets: Iterable[float],
+                 registry: CollectorRegistry) -> None:
+        self.name, self.documentation = name, documentation
+        self.bounds = (*sorted(float(b) for b in buckets), math.inf)
+        self.counts = [0] * len(self.bounds)
+        self.sum = 0.0
+        registry.register(self)
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect.bisect_left(self.bounds, value)] += 1  # le: value <= bound
+        self.sum += value
+
+    def collect(self) -> Iterator[HistogramMetricFamily]:
+        counts, total, running = list(self.counts), self.sum, 0
+        buckets = []
+        for bound, n in zip(self.bounds, counts, strict=True):
+            running += n
+            buckets.append(("+Inf" if bound == math.inf else repr(bound), running))
+        yield HistogramMetricFamily(self.name, self.documentation, buckets=buckets,
+                                    sum_value=total)
 
 
 class EngineMetrics:
@@ -26,9 +76,9 @@ class EngineMetrics:
         self.seqs_total = Gauge(
             "llamaserve_sequences_total", "llama.cpp sequence ids available (n_seq_max).",
             registry=r)
-        self.prompt_tokens = Counter(
+        self.prompt_tokens = StepCounter(
             "llamaserve_prompt_tokens",
-            "Prompt tokens evaluated by llama_decode (not reused from a cache).", registry=r)
+            "Prompt tokens evaluated by llama_decode (not reused from a cache).", r)
         self.prompt_tokens_cached = Counter(
             "llamaserve_prompt_tokens_cached",
             "Prompt tokens reused from the prefix cache instead of evaluated, by source.",
@@ -96,8 +146,8 @@ class EngineMetrics:
         self.embed_batch_seconds = Histogram(
             "llamaserve_embedding_batch_seconds", "Wall time of one embedding batch.",
             buckets=(0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5), registry=r)
-        self.generated_tokens = Counter(
-            "llamaserve_generated_tokens", "Tokens generated.", registry=r)
+        self.generated_tokens = StepCounter(
+            "llamaserve_generated_tokens", "Tokens generated.", r)
         self.finished = Counter(
             "llamaserve_sequences_finished", "Sequences ended, by finish reason.",
             ["reason"], registry=r)
@@ -111,25 +161,25 @@ class EngineMetrics:
         self.decode_step_seconds = Gauge(
             "llamaserve_decode_step_seconds",
             "Measured decode-only step time at the last mixed step's decode size.", registry=r)
-        self.step_seconds = Histogram(
+        self.step_seconds = StepHistogram(
             "llamaserve_engine_step_seconds", "Wall time of one engine step.",
-            buckets=(0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5), registry=r)
+            (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5), r)
         latency = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
         self.queue_seconds = Histogram(
             "llamaserve_queue_seconds", "Time from submission to getting a sequence.",
             buckets=latency, registry=r)
-        self.ttft_seconds = Histogram(
+        self.ttft_seconds = StepHistogram(
             "llamaserve_time_to_first_token_seconds", "Time from submission to the first token.",
-            buckets=latency, registry=r)
-        self.itl_seconds = Histogram(
+            latency, r)
+        self.itl_seconds = StepHistogram(
             "llamaserve_inter_token_seconds", "Time between consecutive tokens of a sequence.",
-            buckets=(0.005, 0.01, 0.02, 0.04, 0.08, 0.15, 0.3, 0.6, 1.2, 2.5), registry=r)
+            (0.005, 0.01, 0.02, 0.04, 0.08, 0.15, 0.3, 0.6, 1.2, 2.5), r)
         self.e2e_seconds = Histogram(
             "llamaserve_request_seconds", "Time from submission to the last token.",
             buckets=latency, registry=r)
-        self.batch_tokens = Histogram(
+        self.batch_tokens = StepHistogram(
             "llamaserve_engine_batch_tokens", "Tokens in one llama_decode.",
-            buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048), registry=r)
+            (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048), r)
         self.suspended = Counter(
             "llamaserve_sequences_suspended", "Background (batch) sequences that gave their "
             "sequence up to a waiting interactive request.", registry=r)

@@ -194,6 +194,9 @@ class Scheduler:
         sequences; the caller reports them finished with reason "length"."""
         ended: list[Request] = []
         decoding = [r for r in self.running if r.prefill_done]
+        if not decoding or (self.cache.cells_bound() + self._pending_prefill() + len(decoding)
+                            <= self.kv_capacity):
+            return ended  # (the bound is exact but for shared cells: most steps end here)
         while decoding and (self.cache.cells_used() + self._pending_prefill() + len(decoding)
                             > self.kv_capacity):
             if self.cache.evict_lru():

@@ -11,6 +11,7 @@ longest holder uses.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 
@@ -24,6 +25,8 @@ class KvLedger:
     def __init__(self) -> None:
         self._held: dict[int, _Holding] = {}
         self._ids = itertools.count()
+        self.appended = 0  # cells ever appended: ``cells`` grows by at most this much...
+        self.changes = 0  # ...while no truncate, copy or clear has happened
 
     def _holding(self, seq: int) -> _Holding:
         return self._held.setdefault(seq, _Holding())
@@ -32,6 +35,7 @@ class KvLedger:
         return sum(n for _, n in self._holding(seq).runs)
 
     def append(self, seq: int, n: int) -> None:
+        self.appended += n
         h = self._holding(seq)
         if h.growable is not None and h.runs and h.runs[-1][0] == h.growable:
             h.runs[-1][1] += n
@@ -41,6 +45,7 @@ class KvLedger:
 
     def truncate(self, seq: int, n: int) -> None:
         """Keep the first ``n`` cells of ``seq``."""
+        self.changes += 1
         h = self._holding(seq)
         kept: list[list[int]] = []
         left = n
@@ -59,9 +64,10 @@ class KvLedger:
         self.truncate(dst, n)
 
     def clear(self, seq: int) -> None:
+        self.changes += 1
         self._held[seq] = _Holding()
 
-    def cells(self, seqs: list[int] | None = None) -> int:
+    def cells(self, seqs: Collection[int] | None = None) -> int:
         """Distinct cells held by ``seqs`` (all sequences when None)."""
         widest: dict[int, int] = {}
         for seq, h in self._held.items():

@@ -147,6 +147,8 @@ class PrefixCache(SnapshotPaths):
         # (so is a sliding window: engine.caches.snapshot_paths)
         self.snapshots_on = (self.recurrent or n_swa > 0) and snapshot_bytes > 0
         self._clock = itertools.count(1)
+        self._owner_changes = 0  # slots taken or given back (split KV counts owned slots)
+        self._exact = (-1, -1, 0, 0)  # cells_used()'s last count, with what it depended on
 
     def _tree(self, adapters: tuple[tuple[str, float], ...]) -> PrefixTree[int]:
         tree = self.trees.get(adapters)
@@ -157,9 +159,20 @@ class PrefixCache(SnapshotPaths):
     # -- accounting -------------------------------------------------------------
     def cells_used(self) -> int:
         if self.unified:
-            return self.ledger.cells()
-        # one stream per sequence: a free slot's cache does not take others' cells
-        return self.ledger.cells([s.seq_id for s in self.slots if s.owner is not None])
+            used = self.ledger.cells()
+        else:  # one stream per sequence: a free slot's cache does not take others' cells
+            used = self.ledger.cells({s.seq_id for s in self.slots if s.owner is not None})
+        self._exact = (self.ledger.changes, self._owner_changes, self.ledger.appended, used)
+        return used
+
+    def cells_bound(self) -> int:
+        """At least ``cells_used()``, without walking the ledger while decoding only
+        appends: the last exact count plus the cells appended since (any other change to
+        the ledger or to which slots are owned makes it count again)."""
+        changes, owners, appended, used = self._exact
+        if changes != self.ledger.changes or owners != self._owner_changes:
+            return self.cells_used()
+        return used + self.ledger.appended - appended
 
     def free_slots(self) -> list[Slot]:
         return [s for s in self.slots if s.owner is None]
@@ -218,6 +231,7 @@ class PrefixCache(SnapshotPaths):
             self.release_slot(slot, keep=True)  # it holds the prefix for the next attempt
             return False
         slot.owner = r
+        self._owner_changes += 1
         slot.last_used = next(self._clock)
         self._tree(r.adapters).insert(slot.seq_id, r.prompt)
         r.seq_id = slot.seq_id
@@ -427,6 +441,7 @@ class PrefixCache(SnapshotPaths):
 
     def release_slot(self, slot: Slot, keep: bool) -> None:
         slot.owner = None
+        self._owner_changes += 1
         slot.last_used = next(self._clock)
         if keep and slot.tokens and not slot.rolled_back:
             self._tree(slot.adapters).insert(slot.seq_id, slot.tokens)

@@ -53,6 +53,7 @@ def _address_binding() -> Any:
 
 _logits_address = _address_binding()
 _NONE = np.zeros(0, np.intp)
+MAX_ROW_VIEWS = 4096  # logits row views kept (one per batch position in use)
 
 # llama_token_data {id, logit, p} as a numpy record, for candidate arrays built in numpy
 _TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)])
@@ -110,9 +111,12 @@ class Samplers:
         self.grammar_fast = True  # False: the grammar checks every candidate (tests, bench)
         self.shortcuts = True  # False: every Chain samples the whole vocabulary (tests, bench)
         self._row_type = ctypes.c_float * n_vocab
+        self._above = np.empty(n_vocab, np.bool_)  # which logits clear a window's floor
+        self._rows: dict[int, Any] = {}  # numpy views of logits rows, by address
         # the candidates a top_k chain samples from (grown on demand)
         self.n_window = 0
         self._window: Any = None
+        self._window_fields: tuple[Any, Any, Any] = (None, None, None)  # its columns
         self._window_address = 0
         self._window_ptr: Any = None
 
@@ -249,8 +253,13 @@ class Samplers:
         address = _logits_address(self.ctx, batch_index)
         if not address:
             raise ValueError(f"no logits at batch position {batch_index}")
-        return np.frombuffer(self._row_type.from_address(address),  # type: ignore[call-overload]
-                             dtype=np.float32)
+        row = self._rows.get(address)  # a view is only an address and a length: the same
+        if row is None:  # address is the same row, whatever buffer holds it now
+            if len(self._rows) >= MAX_ROW_VIEWS:
+                self._rows.clear()
+            row = self._rows[address] = np.frombuffer(
+                self._row_type.from_address(address), dtype=np.float32)  # type: ignore[call-overload]
+        return row
 
     def _sample_window(self, c: Chain, batch_index: int) -> int | None:
         """The chain run on the logits at or above ``c.floor`` (in id order, as llama.cpp's
@@ -260,7 +269,11 @@ class Samplers:
         widens (None after three tries: the caller samples the whole vocabulary). The next
         token's floor is set to let about ``WINDOW_RANKS * k`` of this token's logits in."""
         row = self._logits(batch_index)
-        ids = np.flatnonzero(row >= c.floor) if c.floor > -np.inf else _NONE
+        if c.floor > -np.inf:  # (a float32 floor: a Python float costs a third more)
+            np.greater_equal(row, np.float32(c.floor), out=self._above)
+            ids = self._above.nonzero()[0]
+        else:
+            ids = _NONE
         if len(ids) < c.top_k:
             peak, window = float(row.max()), WINDOW
             for _ in range(3):
@@ -281,13 +294,13 @@ class Samplers:
             c.floor = float(np.partition(logits, n - target)[n - target])
         elif n < 2 * c.top_k:  # nearly too narrow: lower it by the spread of the k best
             c.floor -= float(logits.max()) - float(np.partition(logits, n - c.top_k)[n - c.top_k])
-        cand = self._window
-        cand["id"][:n] = ids
-        cand["logit"][:n] = logits
-        cand["p"][:n] = 0.0
+        cand_id, cand_logit, cand_p = self._window_fields
+        cand_id[:n] = ids
+        cand_logit[:n] = logits
+        cand_p[:n] = 0.0
         cur = L.llama_token_data_array(self._window_ptr, n, -1, False)
         L.llama_sampler_apply(c.ptr, ctypes.byref(cur))
-        token = int(cand["id"][cur.selected])  # (llama.cpp's samplers reorder in place)
+        token = int(cand_id[cur.selected])  # (llama.cpp's samplers reorder in place)
         L.llama_sampler_accept(c.ptr, token)
         c.windowed += 1
         return token
@@ -295,6 +308,7 @@ class Samplers:
     def _grow_window(self, n: int) -> None:
         self.n_window = min(self.n_vocab, max(n, 2 * self.n_window))
         self._window = np.zeros(self.n_window, _TOKEN_DATA)
+        self._window_fields = (self._window["id"], self._window["logit"], self._window["p"])
         self._window_address = self._window.ctypes.data
         self._window_ptr = ctypes.cast(self._window_address, L.llama_token_data_p)
 
