@@ -10,7 +10,8 @@ sampling. Prints tokens/s, TTFT p50 and ITL p50 / p99 per server and the ratio
 llamaserve / llama-server, plus the client's CPU share (a client near 100% of a core would
 be the bottleneck: the row says so) and the server's own CPU time per generated token
 (user + system, all its threads, from /proc): the cost that wall-clock figures hide when
-other work shares the machine.
+other work shares the machine; and its memory: the resident set once warmed up and idle,
+and the peak above it during each level, per sequence.
 
     python bench/step_overhead.py --llama-server /tmp/llama-build/bin/llama-server
     python bench/step_overhead.py --model ~/.cache/llamaserve/gemma-3-270m-q4_k_m.gguf \\
@@ -27,6 +28,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -86,15 +88,47 @@ def drive(port: int, concurrency: int, tokens: int, requests: int, stream: bool
     return dict(json.loads(done.stdout))
 
 
+def rss_mib(pid: int) -> float:
+    """Resident set of a process (``VmRSS``), MiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+class PeakRss:
+    """The highest resident set of ``pid`` while the block runs, sampled every 50 ms."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid, self.peak = pid, rss_mib(pid)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def _watch(self) -> None:
+        while not self._stop.wait(0.05):
+            self.peak = max(self.peak, rss_mib(self.pid))
+
+    def __enter__(self) -> PeakRss:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
 def measure(name: str, pid: int, port: int, levels: list[int], tokens: int, modes: list[str],
             budget: int) -> list[dict[str, Any]]:
     drive(port, 4, 16, 1, True)  # warm-up
+    time.sleep(0.5)
+    idle = rss_mib(pid)
     rows = []
     for mode in modes:
         for c in levels:
             requests = max(2, budget // (c * tokens))  # about `budget` tokens per level
             cpu = cpu_seconds(pid)
-            r = drive(port, c, tokens, requests, mode == "stream")
+            with PeakRss(pid) as rss:
+                r = drive(port, c, tokens, requests, mode == "stream")
             cpu = cpu_seconds(pid) - cpu
             rows.append({"server": name, "mode": mode, "c": c, "tok/s": round(r["tok_s"], 1),
                          "TTFT p50 ms": round(r["ttft_p50"] * 1000, 1),
@@ -102,6 +136,8 @@ def measure(name: str, pid: int, port: int, levels: list[int], tokens: int, mode
                          "ITL p99 ms": round(r["itl_p99"] * 1000, 2),
                          "server CPU ms/token": round(cpu * 1000 / max(1, r["tokens"]), 3),
                          "client CPU": f"{r['client_cpu_share']:.0%}",
+                         "RSS idle MiB": round(idle, 1),
+                         "RSS per sequence KiB": round(max(0.0, rss.peak - idle) * 1024 / c),
                          "errors": int(r["errors"])})
             print(rows[-1], file=sys.stderr)
     return rows
@@ -151,7 +187,9 @@ def main() -> None:
                          "ITL p99 ms": "",
                          "server CPU ms/token": round(r["server CPU ms/token"] / theirs[key][
                              "server CPU ms/token"], 2) if theirs[key]["server CPU ms/token"]
-                         else "", "client CPU": "", "errors": ""})
+                         else "", "client CPU": "",
+                         "RSS idle MiB": round(r["RSS idle MiB"] / theirs[key]["RSS idle MiB"], 2),
+                         "RSS per sequence KiB": "", "errors": ""})
     report(rows, "step_overhead")
 
 
