@@ -356,7 +356,10 @@ def test_an_interactive_request_does_not_wait_for_batch_lines(tmp_path: Path) ->
         batch = client.batches.create(input_file_id=f.id, endpoint="/v1/chat/completions",
                                       completion_window="24h")
         deadline = time.monotonic() + 60
-        while server.metrics()["llamaserve_batch_lines_running"] < 2:
+        # both lines submitted and holding the two sequences (not still queued in the
+        # engine, where the user's request would simply go ahead of them)
+        while server.metrics()["llamaserve_batch_lines_running"] < 2 or \
+                server.metrics()["llamaserve_sequences_in_use"] < 2:
             assert time.monotonic() < deadline
             time.sleep(0.02)
         user = {"model": model, "temperature": 0, "max_tokens": 4,
