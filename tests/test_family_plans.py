@@ -1,6 +1,7 @@
-"""Thinking, tools and structured output together on gpt-oss's harmony and Gemma 4 (issue
-34): the shipped configs' own templates and response schemas on tiny random-weight models
-whose tokenizer holds each family's control tokens (tests/make_family_models.py). Nothing
+"""Thinking, tools and structured output together on gpt-oss's harmony, Gemma 4 and
+Qwen3.5's XML calls (issue 34): the shipped configs' own templates and response schemas on
+tiny random-weight models whose tokenizer holds each family's control tokens
+(tests/make_family_models.py). Nothing
 but the budget and the grammar guide those models, so every seeded answer must be valid:
 calls in ``tool_calls`` (Anthropic ``tool_use``, Responses ``function_call``) with arguments
 valid against their schema, JSON in ``content``, thinking in ``reasoning_content`` and none
@@ -40,7 +41,7 @@ from engine.grammar_gemma4 import gemma4_call_grammar
 from parsers import gemma4
 from parsers.harmony import HarmonyParser
 
-FAMILIES = ["harmony", "gemma4"]
+FAMILIES = ["harmony", "gemma4", "qwen35"]  # (Hermes: tests/test_api_tools.py, a real model)
 SEEDS = range(3)
 
 
@@ -161,13 +162,15 @@ def test_responses_forced_call_and_text_format(server: tuple[str, ServerProcess]
     tools = [{"type": "function", "name": t["function"]["name"],
               "description": t["function"]["description"],
               "parameters": t["function"]["parameters"]} for t in TOOLS]
-    thinking = {"reasoning": {"effort": "low"}}  # Gemma 4: thinking on
+    # thinking on: Gemma 4 by effort; Qwen3.5's template reads "low" as off, so by its switch
+    thinking: dict[str, Any] = {} if family == "qwen35" else {"reasoning": {"effort": "low"}}
+    switch = {"chat_template_kwargs": {"enable_thinking": True}} if family == "qwen35" else {}
     for seed in SEEDS:
         r = client.responses.create(
             model="m", input="Weather?", tools=tools,  # type: ignore[arg-type]
             tool_choice="required", max_output_tokens=MAX_TOKENS, temperature=1.0,
-            parallel_tool_calls=False, **thinking,  # type: ignore[arg-type]
-            extra_body={"thinking_budget_tokens": BUDGET, "seed": seed})
+            parallel_tool_calls=False, **thinking,
+            extra_body={"thinking_budget_tokens": BUDGET, "seed": seed, **switch})
         kinds = [item.type for item in r.output]
         assert "reasoning" in kinds and kinds[-1] == "function_call", (family, kinds)
         call = r.output[-1]
@@ -177,8 +180,8 @@ def test_responses_forced_call_and_text_format(server: tuple[str, ServerProcess]
         r = client.responses.create(
             model="m", input="Weather?", max_output_tokens=MAX_TOKENS, temperature=1.0,
             text={"format": {"type": "json_schema", "name": "answer",  # type: ignore[typeddict-item]
-                             "schema": ANSWER}}, **thinking,  # type: ignore[arg-type]
-            extra_body={"thinking_budget_tokens": BUDGET, "seed": seed})
+                             "schema": ANSWER}}, **thinking,
+            extra_body={"thinking_budget_tokens": BUDGET, "seed": seed, **switch})
         jsonschema.validate(json.loads(r.output_text), ANSWER)
 
 
