@@ -24,7 +24,7 @@ from engine.delivery import Delivery
 from engine.detokenizer import IncrementalDetokenizer
 from engine.drafts.coordinator import Drafting
 from engine.drafts.policy import verify
-from engine.embeddings.jobs import EmbedItem, EmbedJob, EmbedQueue
+from engine.embeddings.jobs import EmbedJob, EmbedQueue
 from engine.embeddings.runner import EmbeddingRunner
 from engine.media.embedding_cache import EmbeddingCache
 from engine.media.projector import Projector
@@ -235,8 +235,9 @@ class Engine:
                 with self._step_lock:
                     if self.backend_failure is not None:
                         raise BackendUnavailable(self.backend_failure)
-                    if self.embeds and not self._stopping:
-                        self._embed_step()  # one batch, then generation gets its step
+                    if self.embeds and not self._stopping:  # one batch, then generation
+                        assert self.embedder is not None
+                        self.embedder.run_batch(self.embeds, self.metrics)
                     if self.scheduler.has_work and not self._stopping:
                         self._step(out)
                 if out:
@@ -397,26 +398,6 @@ class Engine:
                 self.metrics.media_cache_hits.inc()
             span.embd = rows
             self.projector.release(span)
-
-    def _embed_step(self) -> None:
-        assert self.embedder is not None
-        items: list[EmbedItem] = self.embeds.next_batch()
-        if not items:
-            return
-        started = time.perf_counter()
-        try:
-            vectors = self.embedder.embed([i.tokens for i in items])
-        except Exception as exc:
-            log.exception("embedding batch failed; failing its request(s)")
-            self.metrics.step_failures.inc()
-            for job in self.embeds.fail(items):
-                job.done(None, EngineError(f"{type(exc).__name__}: {exc}"))
-            return
-        self.metrics.embed_inputs.inc(len(items))
-        self.metrics.embed_tokens.inc(sum(len(i.tokens) for i in items))
-        self.metrics.embed_batch_seconds.observe(time.perf_counter() - started)
-        for job in self.embeds.complete(items, vectors):
-            job.done(job.vectors, None)
 
     def _verify(self, item: BatchItem, last_index: int, out: list[tuple[Request, Delta]]) -> None:
         """Sample every drafted position with the request's own sampler; keep tokens while

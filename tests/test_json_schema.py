@@ -249,6 +249,52 @@ def test_two_tools_defining_the_same_name_keep_their_own_definitions(
     assert not checker.accepts(g, call("a", "km")) and not checker.accepts(g, call("b", "f"))
 
 
+@pytest.mark.model
+def test_xml_values_follow_their_pattern_and_hostile_patterns_stay_bounded(
+        checker: GrammarChecker) -> None:
+    """A string parameter's anchored ``pattern`` in Qwen3.5's XML calls: its text matches
+    (unquoted), and the fuzz's worst patterns as such values either build a grammar that
+    llama.cpp's parser takes in the engine's checker process, or are a GrammarError."""
+    from engine.sampling.grammar_check import GrammarChecker as CheckerProcess
+    from engine.sampling.grammar_check import GrammarRefused
+    from fuzz_schemas import PATTERN_SHAPES, TRAPS
+
+    def tool(pattern: str) -> dict[str, Any]:
+        return {"type": "function", "function": {"name": "f", "strict": True, "parameters": {
+            "type": "object", "properties": {"v": {"type": "string", "pattern": pattern}},
+            "required": ["v"]}}}
+
+    def xml(pattern: str) -> Grammar:
+        return xml_tool_call_grammar([tool(pattern)], "<tool_call>", "</tool_call>",
+                                     parallel=False, lazy=False)
+
+    def call(value: str) -> str:
+        return f"<tool_call>\n<function=f>\n<parameter=v>\n{value}\n</parameter>\n" \
+               "</function>\n</tool_call>"
+
+    code = xml("^[A-Z]{3}-[0-9]{2}$")
+    assert checker.accepts(code, call("ABC-12"))
+    assert not checker.accepts(code, call("abc-12")) and not checker.accepts(code, call("ABC-1"))
+    process = CheckerProcess(require_model("qwen-0.5b"))
+    built = refused = 0
+    try:
+        for pattern in [s.format(n=n) for s in PATTERN_SHAPES
+                        for n in ("1000", "1001", "300000", "999999999999999999999")] + TRAPS:
+            try:
+                grammar = xml(pattern)
+            except GrammarError:
+                refused += 1
+                continue
+            try:
+                process.check(grammar.text)
+                built += 1
+            except GrammarRefused:
+                refused += 1
+    finally:
+        process.close()
+    assert built >= 20 and refused >= 3, (built, refused)
+
+
 # -- any schema a client can send: a grammar or a GrammarError, never anything else ----
 def _schemas() -> Any:
     from hypothesis import strategies as st

@@ -230,3 +230,39 @@ def test_prefill_is_not_chunked_for_the_sake_of_batch_lines() -> None:
     other = req(100)
     s.add(other)  # beside an interactive stream the chunk applies
     assert [len(i.tokens) for i in s.schedule().items] == [1, 16]
+
+
+def test_a_decode_only_step_is_planned_as_the_general_path_plans_it() -> None:
+    """The one-pass plan of a step where every sequence only generates equals the general
+    path's (items, positions, adapter set), and it steps aside for a waiting request, a
+    draft, or a KV cache with no cell left."""
+    def state() -> tuple[Scheduler, list[Request]]:
+        s = Sched(n_seq_max=4, n_batch=64, kv_capacity=4096)
+        rs = [req(5), req(9), req(3)]
+        for r in rs:
+            s.add(r)
+        run_step(s, s.schedule())  # prompts in, a token each
+        return s, rs
+
+    def shape(plan: StepPlan) -> list[tuple[int, list[int], int, bool, int]]:
+        return [(i.request.id, i.tokens, i.pos, i.logits, i.n_draft) for i in plan.items]
+
+    fast, _ = state()
+    general, _ = state()
+    general._decode_only = lambda: None  # type: ignore[method-assign]
+    for _ in range(3):
+        a, b = fast.schedule(), general.schedule()
+        assert [x[1:] for x in shape(a)] == [x[1:] for x in shape(b)]
+        assert a.adapters == b.adapters and not a.preempted and not a.suspended
+        run_step(fast, a)
+        run_step(general, b)
+    s, rs = state()
+    assert s._decode_only() is not None
+    s.add(req(4))
+    assert len(s.schedule().items) == 4  # waiting: the general path, which admits it too
+    s, rs = state()
+    rs[0].draft = [1, 2]
+    assert s._decode_only() is None
+    s, rs = state()
+    s.kv_capacity = s.cache.cells_used() + 2  # no cell for the third
+    assert s._decode_only() is None

@@ -13,6 +13,8 @@ config, else the GGUF, else mean pooling.
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
@@ -20,9 +22,14 @@ from typing import Any
 import numpy as np
 
 from engine.config import ModelConfig
+from engine.embeddings.jobs import EmbedQueue
 from engine.embeddings.rerank import RerankFormat, vocab_format
 from engine.loading import L, ModelLoadError, new_context
+from engine.metrics import EngineMetrics
+from engine.request import EngineError
 from engine.runner import NumpyBatch, Runner
+
+log = logging.getLogger("llamaserve.engine")
 
 POOLING_NONE, POOLING_MEAN, POOLING_RANK = 0, 1, 4
 MAX_EMBED_SEQS = 64  # sequences per embedding batch on a generation model's side context
@@ -61,6 +68,27 @@ class EmbeddingRunner:
         if self._owned and self.ctx:
             L.llama_free(self.ctx)
             self.ctx = None
+
+    def run_batch(self, queue: EmbedQueue, metrics: EngineMetrics) -> None:
+        """The next batch of ``queue``'s inputs: embedded, counted, and every job it
+        completes settled (a failed batch fails its jobs, and only them)."""
+        items = queue.next_batch()
+        if not items:
+            return
+        started = time.perf_counter()
+        try:
+            vectors = self.embed([i.tokens for i in items])
+        except Exception as exc:
+            log.exception("embedding batch failed; failing its request(s)")
+            metrics.step_failures.inc()
+            for job in queue.fail(items):
+                job.done(None, EngineError(f"{type(exc).__name__}: {exc}"))
+            return
+        metrics.embed_inputs.inc(len(items))
+        metrics.embed_tokens.inc(sum(len(i.tokens) for i in items))
+        metrics.embed_batch_seconds.observe(time.perf_counter() - started)
+        for job in queue.complete(items, vectors):
+            job.done(job.vectors, None)
 
     def embed(self, inputs: Sequence[Sequence[int]]) -> np.ndarray:
         """Pooled (not normalized) vectors, one row per input, from one batch. The caller
