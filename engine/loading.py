@@ -142,10 +142,14 @@ def kv_unified(cfg: ModelConfig, n_seq_max: int | None = None, embeddings: bool 
 
 def new_context(model: Any, cfg: ModelConfig, *, embeddings: bool = False,
                 n_ctx: int | None = None, n_seq_max: int | None = None,
-                mtp_of: Any = None) -> Any:
+                mtp_of: Any = None, eval_callback: Any = None) -> Any:
     """A context on a loaded model. Embedding contexts evaluate a whole batch in one
     micro-batch (bidirectional attention needs each sequence in one piece); ``mtp_of``
-    makes an MTP context drafting for that target context."""
+    makes an MTP context drafting for that target context. ``eval_callback`` (ggml's
+    ``ggml_backend_sched_eval_callback``, kept alive by the caller) sees the graph's nodes:
+    such a context scores whole batches like an embedding context (one micro-batch, one
+    KV pool), from the outputs the batch asks for (``engine/embeddings/last_token.py``)."""
+    whole = embeddings or eval_callback is not None
     cp = L.llama_context_default_params()
     if mtp_of is not None:
         cp.ctx_type = L.LLAMA_CONTEXT_TYPE_MTP
@@ -157,14 +161,16 @@ def new_context(model: Any, cfg: ModelConfig, *, embeddings: bool = False,
         cp.n_rs_seq = cfg.draft_max_tokens
     cp.n_ctx = n_ctx or cfg.n_ctx
     cp.n_batch = min(cfg.n_batch, cp.n_ctx)
-    cp.n_ubatch = cp.n_batch if embeddings else min(cfg.n_ubatch, cfg.n_batch)
+    cp.n_ubatch = cp.n_batch if whole else min(cfg.n_ubatch, cfg.n_batch)
     cp.n_seq_max = n_seq_max or cfg.n_seq_max
     cp.n_threads = cfg.threads
     cp.n_threads_batch = cfg.n_threads_batch
-    cp.kv_unified = kv_unified(cfg, n_seq_max, embeddings)
+    cp.kv_unified = kv_unified(cfg, n_seq_max, whole)
     cp.swa_full = cfg.swa_full
     cp.no_perf = True
     cp.embeddings = embeddings
+    if eval_callback is not None:
+        cp.cb_eval = eval_callback
     if embeddings and cfg.pooling_type is not None:
         cp.pooling_type = cfg.pooling_type
     if cfg.flash_attn is not None:

@@ -13,9 +13,9 @@ import struct
 import sys
 import time
 from pathlib import Path
-from typing import BinaryIO
 
 from engine.config import FromPretrained, ModelConfig
+from engine.gguf_file import NotGguf, Truncated, UnsupportedVersion, read_header
 
 log = logging.getLogger("llamaserve.models")
 
@@ -44,81 +44,20 @@ def resolve_file(path: str | None, source: FromPretrained | None, field: str) ->
     return local
 
 
-# GGUF value types with a fixed size (struct format); 8 is a string, 9 an array
-_FIXED = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q",
-          12: "d"}
-
-
-class _Truncated(Exception):
-    pass
-
-
-def _read(f: BinaryIO, fmt: str) -> int:
-    size = struct.calcsize("<" + fmt)
-    data = f.read(size)
-    if len(data) != size:
-        raise _Truncated
-    value: int = struct.unpack("<" + fmt, data)[0]
-    return value
-
-
-def _skip(f: BinaryIO, n: int, end: int) -> None:
-    if f.tell() + n > end:
-        raise _Truncated
-    f.seek(n, os.SEEK_CUR)
-
-
-def _skip_value(f: BinaryIO, kind: int, end: int) -> None:
-    if kind in _FIXED:
-        _skip(f, struct.calcsize("<" + _FIXED[kind]), end)
-    elif kind == 8:
-        _skip(f, _read(f, "Q"), end)
-    elif kind == 9:
-        item, count = _read(f, "I"), _read(f, "Q")
-        if item in _FIXED:
-            _skip(f, count * struct.calcsize("<" + _FIXED[item]), end)
-        else:
-            for _ in range(count):
-                _skip_value(f, item, end)
-    else:
-        raise ValueError(f"unknown value type {kind}")
-
-
 def check_gguf(path: str) -> None:
     """Refuse, with one clear line, a file that is not a GGUF or is cut short: reads the
     header, metadata and tensor table (seeking over values) and checks that every
     tensor's data starts inside the file. llama.cpp still does the full validation."""
     try:
-        with open(path, "rb") as f:
-            end = os.fstat(f.fileno()).st_size
-            magic = f.read(4)
-            if magic != b"GGUF":
-                raise ModelSourceError(f"{path} is not a GGUF file (it starts with "
-                                       f"{magic!r}, not b'GGUF')")
-            version = _read(f, "I")
-            if version not in (2, 3):
-                raise ModelSourceError(f"{path}: unsupported GGUF version {version}")
-            n_tensors, n_kv = _read(f, "Q"), _read(f, "Q")
-            alignment = 32
-            for _ in range(n_kv):
-                key = f.read(min(_read(f, "Q"), 1 << 16))
-                kind = _read(f, "I")
-                if key == b"general.alignment" and kind == 4:
-                    alignment = _read(f, "I") or 32
-                else:
-                    _skip_value(f, kind, end)
-            last = -1
-            for _ in range(n_tensors):
-                _skip(f, _read(f, "Q"), end)  # name
-                _skip(f, 8 * _read(f, "I"), end)  # dims
-                _read(f, "I")  # type
-                last = max(last, _read(f, "Q"))
-            data_start = -(-f.tell() // alignment) * alignment
-            if n_tensors and data_start + last >= end:
-                raise _Truncated
-    except _Truncated:
-        raise ModelSourceError(f"{path} is truncated ({end} bytes; its header or tensor "
+        read_header(path)
+    except Truncated:
+        size = os.path.getsize(path)
+        raise ModelSourceError(f"{path} is truncated ({size} bytes; its header or tensor "
                                "data runs past the end)") from None
+    except NotGguf as exc:
+        raise ModelSourceError(f"{path} is not a GGUF file ({exc})") from None
+    except UnsupportedVersion as exc:
+        raise ModelSourceError(f"{path}: {exc}") from None
     except (ValueError, OverflowError, struct.error) as exc:
         raise ModelSourceError(f"{path} is not a valid GGUF file ({exc})") from None
     except OSError as exc:

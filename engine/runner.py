@@ -18,6 +18,7 @@ import numpy as np
 from engine.backends.rpc import RpcBackend
 from engine.backends.threadpool import attach as attach_threadpools
 from engine.config import ModelConfig
+from engine.embeddings.last_token import last_token_head
 from engine.loading import (
     L,
     ModelLoadError,
@@ -83,7 +84,12 @@ class Runner:
         self.vocab = self.vocabulary.vocab
         self.n_vocab = self.vocabulary.n_vocab
         self.embedding_only = self._embedding_model(cfg)
-        self.ctx = new_context(self.model, cfg, embeddings=self.embedding_only)
+        # a causal reranker scored without its LM head (engine/embeddings/last_token.py)
+        self.rank_head = last_token_head(model_path, cfg.pooling_type) \
+            if self.embedding_only else None
+        self.ctx = new_context(self.model, cfg,
+                               embeddings=self.embedding_only and self.rank_head is None,
+                               eval_callback=self.rank_head and self.rank_head.callback)
         # one persistent CPU threadpool, as llama-server has (not one made per decode)
         self.threadpools = attach_threadpools(self.ctx, cfg.threads, cfg.n_threads_batch)
         self.mem = L.llama_get_memory(self.ctx)

@@ -69,23 +69,30 @@ BENCH = {"bert": RerankerSpec(384, 6, 12, 12, 1536, 512),
          "qwen3": RerankerSpec(256, 4, 8, 4, 768, 4096)}
 
 
-def default_path(kind: str, size: str = "test") -> Path:
-    suffix = "" if size == "test" else f"-{size}"
+HEAD_TYPES = ("f32", "f16", "q8_0")  # what qwen3's cls.output may be stored as
+
+
+def default_path(kind: str, size: str = "test", head: str = "f32") -> Path:
+    suffix = ("" if size == "test" else f"-{size}") + ("" if head == "f32" else f"-{head}")
     return cache_dir() / "test-models" / f"reranker-{kind}{suffix}-random.gguf"
 
 
 def write_reranker(kind: str, size: str = "test", out: str | Path | None = None,
-                   seed: int = 0) -> Path:
+                   seed: int = 0, head: str = "f32") -> Path:
     """The ``kind`` ("bert" or "qwen3") reranker at ``size`` ("test" or "bench"), written
-    once into the cache (or ``out``) and reused."""
+    once into the cache (or ``out``) and reused. ``head``: the type qwen3's ``cls.output``
+    is stored as (the same values, rounded; every other tensor is F32)."""
     spec = (TEST if size == "test" else BENCH)[kind]
-    path = Path(out) if out else default_path(kind, size)
+    assert head in HEAD_TYPES and (head == "f32" or kind == "qwen3")
+    path = Path(out) if out else default_path(kind, size, head)
     if path.exists():
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_suffix(".partial")
-    writer = {"bert": _write_bert, "qwen3": _write_qwen3}[kind]
-    writer(partial, spec, np.random.default_rng(seed))
+    if kind == "bert":
+        _write_bert(partial, spec, np.random.default_rng(seed))
+    else:
+        _write_qwen3(partial, spec, np.random.default_rng(seed), head)
     partial.replace(path)
     return path
 
@@ -99,9 +106,19 @@ def _vec(rng: np.random.Generator, n: int, scale: float = 0.1) -> np.ndarray:
     return (rng.standard_normal(n) * scale).astype(np.float32)
 
 
-def _finish(w: gguf.GGUFWriter, tensors: dict[str, np.ndarray]) -> None:
+def _finish(w: gguf.GGUFWriter, tensors: dict[str, np.ndarray],
+            types: dict[str, str] | None = None) -> None:
+    """Write the tensors: F32, or the type ``types`` names ("f16", "q8_0")."""
     for name, data in tensors.items():
-        w.add_tensor(name, np.ascontiguousarray(data, dtype=np.float32))
+        kind = (types or {}).get(name, "f32")
+        values = np.ascontiguousarray(data, dtype=np.float32)
+        if kind == "f16":
+            w.add_tensor(name, values.astype(np.float16))
+        elif kind == "q8_0":
+            q8 = gguf.GGMLQuantizationType.Q8_0
+            w.add_tensor(name, gguf.quants.quantize(values, q8), raw_dtype=q8)
+        else:
+            w.add_tensor(name, values)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -167,7 +184,8 @@ def _write_bert(path: Path, spec: RerankerSpec, rng: np.random.Generator) -> Non
     _finish(w, t)
 
 
-def _write_qwen3(path: Path, spec: RerankerSpec, rng: np.random.Generator) -> None:
+def _write_qwen3(path: Path, spec: RerankerSpec, rng: np.random.Generator,
+                 head: str = "f32") -> None:
     tokenizer = read_tokenizer_kv(fetch("qwen-0.5b"))
     vocab: list[str] = tokenizer["tokenizer.ggml.tokens"].value
     n_vocab = len(vocab)
@@ -212,7 +230,7 @@ def _write_qwen3(path: Path, spec: RerankerSpec, rng: np.random.Generator) -> No
     head_rows = (rng.standard_normal((2, d)) * 0.2).astype(np.float32)
     assert "yes" in vocab and "no" in vocab
     t["cls.output.weight"] = head_rows
-    _finish(w, t)
+    _finish(w, t, {"cls.output.weight": head})
 
 
 def main() -> None:

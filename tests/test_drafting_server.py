@@ -28,7 +28,7 @@ def prompt(i: int) -> list[Any]:
 
 
 def answer(client: OpenAI, i: int, **kwargs: Any) -> tuple[list[str], list[float]]:
-    r = client.chat.completions.create(model="x", messages=prompt(i), max_tokens=160,
+    r = client.chat.completions.create(model="x", messages=prompt(i), max_tokens=96,
                                        logprobs=True, top_logprobs=2, **kwargs)
     content = r.choices[0].logprobs.content or []  # type: ignore[union-attr]
     return ([e.token for e in content],
@@ -170,7 +170,7 @@ def test_prompt_lookup_on_a_sliding_window_model_rolls_back_cleanly(
     code = "\n".join(f"def f{i}(x):\n    return x + {i}\n" for i in range(30))
     try:
         for prompt in (code + "\n" + code[:200], "Once upon a time"):
-            body = {"model": "x", "prompt": prompt, "max_tokens": 160, "temperature": 0,
+            body = {"model": "x", "prompt": prompt, "max_tokens": 100, "temperature": 0,
                     "logprobs": 2}
             plain, fast = (completion_tokens(httpx.post(
                 f"{s.url}/v1/completions", json=body, timeout=300).json())

@@ -256,14 +256,14 @@ def server_flush_wait(server: ServerProcess, saves: int) -> dict[str, float]:
 @pytest.mark.parametrize("swa_full", [False, True])
 def test_sliding_window_model_reuses_only_what_is_valid(tmp_path: Path, swa_full: bool) -> None:
     """Gemma 3 uses sliding-window attention (512). Without swa_full its window cache has
-    n_swa x n_seq_max + n_ubatch = 2,560 cells, so after 2,600+ tokens the start of the
+    n_swa x n_seq_max + n_ubatch = 1,536 cells, so after 1,600+ tokens the start of the
     sequence is overwritten: a cut 200 tokens in cannot be reused, continuing at the end
     can. With swa_full both can. Either way the answer is the cold one."""
-    server = start_server(gemma_config(swa_full=swa_full, n_seq_max=4), tmp_path)
+    server = start_server(gemma_config(swa_full=swa_full, n_seq_max=2), tmp_path)
     try:
         client = client_for(server)
-        first = tokenize(server, system_prompt(2000, "window"))
-        assert len(first) > 2600
+        first = tokenize(server, system_prompt(1250, "window"))
+        assert len(first) > 1600
         client.completions.create(model="x", prompt=first, max_tokens=1, temperature=0)
 
         tail = tokenize(server, " Rule")

@@ -2,7 +2,8 @@
 
 The bindings declare llama.cpp's API, not ggml's backend registry (devices, backends and
 their extra functions such as the RPC backend's ``ggml_backend_rpc_add_server``), nor
-``ggml_set_abort_callback``. This module declares those few functions on the very
+``ggml_set_abort_callback``, nor what reads a graph node's name and values. This module
+declares those few functions on the very
 ``libggml`` the bindings loaded (``llama_cpp/lib``), so devices found here are the ones
 ``llama_model_params.devices`` takes.
 """
@@ -35,6 +36,11 @@ _SIGNATURES: dict[str, tuple[list[Any], Any]] = {
     "ggml_backend_dev_backend_reg": ([_P], _P),
     "ggml_backend_dev_memory": ([_P, _c.POINTER(_c.c_size_t), _c.POINTER(_c.c_size_t)], None),
     "ggml_set_abort_callback": ([_P], _P),
+    # a graph node seen by an eval callback (engine/embeddings/last_token.py)
+    "ggml_get_name": ([_P], _c.c_char_p),
+    "ggml_nelements": ([_P], _c.c_int64),
+    "ggml_nbytes": ([_P], _c.c_size_t),
+    "ggml_backend_tensor_get": ([_P, _P, _c.c_size_t, _c.c_size_t], None),
 }
 
 # void (*ggml_abort_callback_t)(const char * error_message)

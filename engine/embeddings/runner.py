@@ -3,6 +3,8 @@
 Rank pooling (rerankers: a classification head, ``pooling_type`` 4 in the GGUF or the
 config) gives ``llama_model_n_cls_out`` values per input instead of a vector; the first is
 the relevance score (``engine/embeddings/rerank.py`` builds the prompts the way llama-server does).
+A causal reranker whose head ``engine/embeddings/last_token.py`` can apply runs on a
+generation context instead, with one output per input and no LM head.
 
 An embedding-only model (BERT and kin) uses the runner's own context, created with
 ``embeddings`` on. A generation model configured with ``embedding: true`` gets a
@@ -45,7 +47,8 @@ class EmbeddingRunner:
             self.ctx = new_context(runner.model, side, embeddings=True, n_ctx=cfg.n_batch,
                                    n_seq_max=min(MAX_EMBED_SEQS, cfg.n_batch))
             self._owned = True
-        self.pooling = int(L.llama_pooling_type(self.ctx))
+        self.head = runner.rank_head  # a causal reranker scored without its LM head
+        self.pooling = POOLING_RANK if self.head else int(L.llama_pooling_type(self.ctx))
         if self.pooling == POOLING_NONE:
             self.close()
             raise ModelLoadError("this model's pooling type cannot produce one vector per "
@@ -101,8 +104,10 @@ class EmbeddingRunner:
             b.pos[n : n + k] = b.arange[:k]
             b.seq[n : n + k] = seq
             n += k
-        b.out[:n] = 1
         b.batch.n_tokens = n
+        if self.head is not None:
+            return self._scores(len(inputs), n)
+        b.out[:n] = 1
         if self.mem:
             L.llama_memory_clear(self.mem, True)
             status = int(L.llama_decode(self.ctx, b.batch))
@@ -119,6 +124,22 @@ class EmbeddingRunner:
         if self.mem:
             L.llama_memory_clear(self.mem, True)
         return out
+
+
+    def _scores(self, n_inputs: int, n: int) -> np.ndarray:
+        """Rank scores from each input's last token (the batch is filled): one output per
+        input, the graph stopped before the LM head (``engine/embeddings/last_token.py``)."""
+        assert self.head is not None
+        b = self._batch
+        b.out[:n] = 0
+        b.out[np.flatnonzero(np.diff(b.seq[:n], append=-1))] = 1  # each sequence's last
+        self.head.begin()
+        L.llama_memory_clear(self.mem, True)
+        status = int(L.llama_decode(self.ctx, b.batch))
+        L.llama_memory_clear(self.mem, True)
+        if status != 0:
+            raise RuntimeError(f"llama.cpp scoring batch returned {status}")
+        return self.head.scores(n_inputs)
 
 
 def _rerank_format(runner: Runner) -> RerankFormat:
