@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ import httpx
 import pytest
 from openai import OpenAI
 
-from conftest import ServerProcess
+from conftest import ServerProcess, start_server, tiny_qwen_config
 
 CLAUDE_CODE_TOOLS: list[Any] = json.loads(
     (Path(__file__).parent / "fixtures" / "claude_code_tools.json").read_text())
@@ -74,11 +75,21 @@ def test_pattern_with_a_300000_repetition_is_followed(qwen_server: ServerProcess
     still_serving(qwen_server, openai_client)
 
 
-def test_claude_codes_24_tools_through_the_anthropic_sdk(qwen_server: ServerProcess,
-                                                         openai_client: OpenAI) -> None:
-    client = anthropic.Anthropic(base_url=qwen_server.url, api_key="unused", max_retries=0,
+@pytest.fixture(scope="module")
+def tools_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """The tiny Qwen-tokenizer model (Qwen2.5-Coder's real tokenizer, template and response
+    schema: the same grammar for the same tools) with room for 24 tools' prompt: the 0.5B
+    model took ~40 s of CI to prefill it twice."""
+    server = start_server(tiny_qwen_config(n_ctx=8192, n_seq_max=2),
+                          tmp_path_factory.mktemp("claude-tools"))
+    yield server
+    server.stop()
+
+
+def test_claude_codes_24_tools_through_the_anthropic_sdk(tools_server: ServerProcess) -> None:
+    client = anthropic.Anthropic(base_url=tools_server.url, api_key="unused", max_retries=0,
                                  timeout=120)
-    checks = qwen_server.metrics()
+    checks = tools_server.metrics()
     for choice in ({"type": "auto"}, {"type": "any"}):
         r = client.messages.create(
             model="x", max_tokens=24, tools=CLAUDE_CODE_TOOLS, tool_choice=choice,  # type: ignore[arg-type]
@@ -91,12 +102,13 @@ def test_claude_codes_24_tools_through_the_anthropic_sdk(qwen_server: ServerProc
             assert r.stop_reason in ("tool_use", "max_tokens")
             names = {b.name for b in r.content if b.type == "tool_use"}
             assert names <= {t["name"] for t in CLAUDE_CODE_TOOLS}
-    after = qwen_server.metrics()
+    after = tools_server.metrics()
     # each grammar was parsed once by the checker process before the engine used it
     parsed = "llamaserve_grammar_checks_total{outcome=parsed}"
     assert after[parsed] >= checks.get(parsed, 0) + 1, after
     assert after["llamaserve_grammar_checks_total{outcome=crashed}"] == 0
-    still_serving(qwen_server, openai_client)
+    still_serving(tools_server, OpenAI(base_url=tools_server.base_url, api_key="unused",
+                                       max_retries=0, timeout=120))
 
 
 def test_over_budget_schema_is_a_400_naming_the_field(qwen_server: ServerProcess,
