@@ -21,6 +21,7 @@ classification head, batching, the API) — never ranking quality.
 
     python tests/make_reranker_models.py                 # both, into the test-model cache
     python tests/make_reranker_models.py --size bench    # the wider variants bench/rerank.py uses
+    python tests/make_reranker_models.py --kind qwen3 --head q8_0  # its head as Q8_0 (or f16)
 
 F32; the same seed writes the same file.
 """
@@ -237,9 +238,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--kind", choices=("bert", "qwen3", "both"), default="both")
     ap.add_argument("--size", choices=("test", "bench"), default="test")
+    ap.add_argument("--head", choices=HEAD_TYPES, default="f32",
+                    help="the type qwen3's cls.output is stored as")
     args = ap.parse_args()
     for kind in ("bert", "qwen3") if args.kind == "both" else (args.kind,):
-        print(write_reranker(kind, args.size))
+        print(write_reranker(kind, args.size, head=args.head if kind == "qwen3" else "f32"))
 
 
 if __name__ == "__main__":
