@@ -1,6 +1,8 @@
 """Two replicas on loopback behind a real nginx (Debian's, running deploy/nginx.conf as
 shipped): sticky sessions, a shared disk cache and Responses store, and a rolling restart
-that drops nothing. Real model (Qwen2.5-Coder-0.5B), one thread per replica."""
+that drops nothing. What is tested is routing and shared state, not answers: the replicas
+serve the tiny random-weight llama with Qwen2.5-Coder's real tokenizer and template
+(tests/make_tiny_model.py), one thread each (the 0.5B model took ~75 s of CI here)."""
 
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ import openai
 import pytest
 from nginx_proxy import NginxProxy, nginx_binary, start_nginx
 
-from conftest import ServerProcess, free_port, qwen_config, start_server
+from conftest import ServerProcess, free_port, start_server, tiny_qwen_config
 
 pytestmark = pytest.mark.skipif(nginx_binary() is None and not os.environ.get("CI"),
                                 reason="nginx not installed (apt-get install nginx)")
@@ -30,7 +32,7 @@ SYSTEM = ("You are a careful assistant for a software team. " + " ".join(
 
 
 def replica_config(shared: Path) -> dict[str, Any]:
-    cfg = qwen_config(threads=1, threads_batch=1, n_ctx=4096, n_seq_max=4)
+    cfg = tiny_qwen_config(threads=1, threads_batch=1, n_ctx=4096, n_seq_max=4)
     cfg["server"].update({"responses_store_path": str(shared / "responses"),
                           "reasoning_key": "shared-secret-for-both-replicas",
                           "drain_timeout": 60})
@@ -136,8 +138,8 @@ def test_previous_response_id_continues_on_the_other_replica(cluster: Cluster) -
         max_output_tokens=8, temperature=0)
     second = raw2.parse()
     assert cluster.replica(raw2.headers["x-upstream"]) is b
-    assert second.usage.input_tokens > first.usage.input_tokens  # turn 1 was in the prompt
-    assert "Zorblax" in second.output_text
+    # turn 1 (instructions aside) was in turn 2's prompt, read from the shared store on B
+    assert second.usage.input_tokens > first.usage.input_tokens
     # retrieval and deletion work from either replica
     assert on_b.responses.retrieve(first.id).id == first.id
     cluster.client(**{"x-session-id": key_a}).responses.delete(second.id)
