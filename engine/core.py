@@ -96,7 +96,7 @@ class Engine:
                                    self.step_budget)
         self.embedder = EmbeddingRunner(runner, cfg) if (
             runner.embedding_only or cfg.embedding) else None
-        self.embeds = EmbedQueue(self.embedder.n_batch if self.embedder else 0,
+        self.embeds = EmbedQueue(self.embedder.batch_tokens if self.embedder else 0,
                                  self.embedder.n_seq_max if self.embedder else 0)
         self.drafting = None if cfg.draft_model is None else Drafting(
             runner, cfg, draft_path, self.metrics)

@@ -135,6 +135,30 @@ def test_concurrent_requests_are_batched_and_score_alike(server: ServerProcess,
             [r["relevance_score"] for r in a["results"]], abs=0.02)
 
 
+def test_batches_pack_a_few_hundred_tokens(server: ServerProcess) -> None:
+    """Every token of a batch attends over the whole batch (masked per sequence), so an
+    embedding batch packs up to 512 tokens, not n_batch (2,048 here): 40 documents of
+    ~60 words make more batches than n_seq_max (16) alone would."""
+    docs = [" ".join(["river", "bridge", "valley", "signal"][(i + j) % 4] for j in range(60))
+            for i in range(40)]
+
+    def counts() -> tuple[float, float]:
+        m = server.metrics()
+        def total(name: str) -> float:
+            return sum(v for k, v in m.items() if k.startswith(name) and
+                       "reranker-bert" in k)
+        return (total("llamaserve_embedding_batch_seconds_count"),
+                total("llamaserve_embedding_tokens_total"))
+
+    batches, tokens = counts()
+    out = rerank(server, "bert", query="Which river?", documents=docs, top_n=3)
+    assert len(out["results"]) == 3
+    batches, tokens = (after - before for after, before in zip(counts(), (batches, tokens),
+                                                                 strict=True))
+    assert tokens == out["usage"]["prompt_tokens"] > 2 * 512
+    assert batches >= tokens / 512 and batches > 3, (batches, tokens)
+
+
 def error(server: ServerProcess, path: str, body: dict[str, Any]) -> dict[str, Any]:
     r = post(server, path, body)
     assert r.status_code == 400, r.text

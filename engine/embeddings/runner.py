@@ -35,6 +35,13 @@ log = logging.getLogger("llamaserve.engine")
 
 POOLING_NONE, POOLING_MEAN, POOLING_RANK = 0, 1, 4
 MAX_EMBED_SEQS = 64  # sequences per embedding batch on a generation model's side context
+# Tokens packed into one embedding batch (a single longer input still goes alone, up to
+# n_batch). Every token of a batch attends over all of the batch's tokens, masked per
+# sequence, so a batch costs more per token the more it holds. In-process, the bench
+# rerankers' documents (docs/BENCHMARKS.md): BERT 5-10% faster in batches of 280-560
+# tokens than of ~1,100; the Qwen3-style one ~40% faster at 280-560 than at ~1,700; one
+# document per batch was slower on both. llama-server packs up to n_batch.
+BATCH_TOKENS = 512
 
 
 class EmbeddingRunner:
@@ -61,6 +68,7 @@ class EmbeddingRunner:
         self.n_out = int(L.llama_model_n_cls_out(runner.model)) if self.rank else self.n_embd
         self.rerank_format = _rerank_format(runner) if self.rank else None
         self.n_batch = int(L.llama_n_batch(self.ctx))
+        self.batch_tokens = min(self.n_batch, BATCH_TOKENS)  # what a batch packs
         self.n_seq_max = int(L.llama_n_seq_max(self.ctx))
         self.max_input = min(self.n_batch, int(L.llama_model_n_ctx_train(runner.model)))
         if self.mem:  # a causal model: every input needs its KV cells
