@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import struct
 from typing import Any
 
 import numpy as np
 
 from engine.backends import ggml
-from engine.gguf_file import read_header, read_tensor
+from engine.gguf_file import Truncated, read_header, read_tensor
 from engine.loading import L
 
 log = logging.getLogger("llamaserve.engine")
@@ -106,10 +107,11 @@ def _as_operand(hidden: np.ndarray, kind: int) -> np.ndarray:
 def last_token_head(path: str, pooling_type: int | None) -> LastTokenHead | None:
     """The head when ``path`` is a causal reranker this applies to (an architecture of
     ``ARCHITECTURES``, rank pooling from the config or the GGUF, a ``cls.output`` of F32,
-    F16 or Q8_0 rows as wide as the model); else None, and the model runs as llama.cpp runs it."""
+    F16 or Q8_0 rows as wide as the model); else None, and the model runs as llama.cpp
+    runs it."""
     try:
         header = read_header(path)
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, Truncated, struct.error) as exc:
         log.debug("no last-token head: %s", exc)
         return None
     arch = header.metadata.get("general.architecture")

@@ -133,7 +133,6 @@ class EmbeddingRunner:
             L.llama_memory_clear(self.mem, True)
         return out
 
-
     def _scores(self, n_inputs: int, n: int) -> np.ndarray:
         """Rank scores from each input's last token (the batch is filled): one output per
         input, the graph stopped before the LM head (``engine/embeddings/last_token.py``)."""
