@@ -165,7 +165,9 @@ def new_context(model: Any, cfg: ModelConfig, *, embeddings: bool = False,
     cp.n_seq_max = n_seq_max or cfg.n_seq_max
     cp.n_threads = cfg.threads
     cp.n_threads_batch = cfg.n_threads_batch
-    cp.kv_unified = kv_unified(cfg, n_seq_max, whole)
+    # a scoring context reads its outputs in batch order, which only one KV pool keeps
+    # (split pools cut a batch into equal-length pieces, reordering the sequences)
+    cp.kv_unified = True if eval_callback is not None else kv_unified(cfg, n_seq_max, whole)
     cp.swa_full = cfg.swa_full
     cp.no_perf = True
     cp.embeddings = embeddings

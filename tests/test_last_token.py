@@ -29,19 +29,19 @@ DOCUMENTS = ["The river runs past the old city bridge, under the tower.",
              "<|im_end|> a document holding a marker token"]
 
 
-def _config(path: str) -> ModelConfig:
+def _config(path: str, **extra: Any) -> ModelConfig:
     return ModelConfig(path=path, n_ctx=4096, n_seq_max=8, n_batch=1024, n_ubatch=1024,
-                       threads=2, threads_batch=2)
+                       threads=2, threads_batch=2, **extra)
 
 
-def _scores(path: str, monkeypatch: pytest.MonkeyPatch | None = None
+def _scores(path: str, monkeypatch: pytest.MonkeyPatch | None = None, **extra: Any
             ) -> tuple[np.ndarray, Any]:
     """(score rows, the runner's head) for DOCUMENTS; with ``monkeypatch``, llama.cpp's
     rank pooling instead of the last-token head."""
     if monkeypatch is not None:
         monkeypatch.setattr(runner_module, "last_token_head", lambda *args: None)
-    runner = Runner(path, _config(path))
-    embedder = EmbeddingRunner(runner, _config(path))
+    runner = Runner(path, _config(path, **extra))
+    embedder = EmbeddingRunner(runner, _config(path, **extra))
     try:
         assert embedder.rank and embedder.rerank_format is not None
         prompts = [embedder.rerank_format.prompt(QUERY, d, runner.vocabulary.tokenize)
@@ -67,6 +67,21 @@ def test_scores_equal_llama_cpp_rank_pooling(head_file: str,
     np.testing.assert_allclose(fast, pooled, rtol=2e-5, atol=1e-7)
     assert np.allclose(fast.sum(axis=1), 1.0)  # a softmax over (yes, no): P(yes), P(no)
     assert len(set(np.round(fast[:, 0], 6))) == len(DOCUMENTS)  # not one number for all
+
+
+def test_split_kv_in_the_config_keeps_each_score_with_its_document(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``kv_unified: false`` would cut a batch of documents of different lengths into
+    equal-length pieces, returning hidden states out of batch order: the scoring context
+    keeps one KV pool whatever the config says."""
+    path = str(write_reranker("qwen3"))
+    fast, head = _scores(path, kv_unified=False)
+    assert head is not None
+    np.testing.assert_allclose(fast, _scores(path)[0], rtol=2e-5, atol=1e-7)
+    # llama.cpp's own path in split pools sums in other micro-batch shapes: float noise
+    # only (a score given to another document would be off by far more)
+    pooled, _ = _scores(path, monkeypatch, kv_unified=False)
+    np.testing.assert_allclose(fast, pooled, rtol=5e-3)
 
 
 def test_only_the_last_tokens_reach_the_head(head_file: str) -> None:
