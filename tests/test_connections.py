@@ -163,3 +163,28 @@ def test_endless_headers_get_431_without_filling_memory(server: ServerProcess) -
     assert reply.startswith(b"HTTP/1.1 431") and b"headers_too_large" in reply
     assert rss() - before < 16 * 1024  # KiB
     assert httpx.get(f"{server.url}/healthz", timeout=10).status_code == 200
+
+
+def test_a_body_arriving_after_its_answer_is_not_taken_for_the_next_head(
+        server: ServerProcess) -> None:
+    """A route can answer before reading the body (a 404, an error): the body's bytes that
+    follow on the kept-alive connection belong to that request, not to the next one's
+    head, so neither the 64 KiB head limit nor the header deadline applies to them."""
+    s = raw_connection(server)
+    body = b"x" * 300_000
+    s.sendall(b"POST /nowhere HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body))
+    first = b""
+    while b"\r\n\r\n" not in first or not first.endswith(b"}"):
+        first += s.recv(65536)
+    assert first.startswith(b"HTTP/1.1 404")  # answered, the body not yet sent
+    for i in range(0, len(body), 16384):
+        s.sendall(body[i:i + 16384])
+        time.sleep(0.002)
+    s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+    second = b""
+    while not second.endswith(b"}"):
+        chunk = s.recv(65536)
+        assert chunk, second
+        second += chunk
+    assert second.startswith(b"HTTP/1.1 200"), second[:200]
+    s.close()

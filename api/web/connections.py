@@ -96,11 +96,18 @@ def guarded_protocol(limits: ConnectionLimits, base: type[Any] = BASE) -> type[A
                 self.header_timer.cancel()
                 self.header_timer = None
 
+        def _answered_body_arriving(self) -> bool:
+            """The guards re-arm when a response completes; a request answered before its
+            body was read (an error, a route that ignores the body) may still be sending
+            that body, which is not the next request's head."""
+            cycle = self.waiting_cycle
+            return cycle is not None and cycle is self.cycle and bool(cycle.more_body)
+
         def _expired(self) -> None:
             self.header_timer = None
             if self.transport.is_closing():
                 return
-            if self.seen_bytes:
+            if self.seen_bytes and not self._answered_body_arriving():
                 self.transport.write(canned(408, "Request Timeout", "header_timeout",
                                             "Request headers not received within "
                                             f"{limits.header_timeout:g} s"))
@@ -118,6 +125,8 @@ def guarded_protocol(limits: ConnectionLimits, base: type[Any] = BASE) -> type[A
                     is not self:  # headers complete: a new cycle, or upgraded to WebSocket
                 self._disarm()
                 return
+            if self._answered_body_arriving():
+                return  # the rest of a request answered before its body was read
             # still in the request's head: httptools buffers headers without a limit (h11
             # stopped at 16 KiB), so a fast client could fill memory within the deadline
             self.head_bytes += len(data)
