@@ -112,6 +112,28 @@ def start_server(config: dict[str, Any], tmp: Path, *, wait: bool = True,
     return server
 
 
+# llama.cpp is not batch-invariant: the same sequence decoded alone or beside others goes
+# through different matmul kernels (a vector product for one row, tiled products for
+# several), whose sums round differently. Greedy text can then part at a near-tie.
+NEAR_TIE = 0.2  # nats between the reference's chosen token and the other run's
+
+
+def same_greedy_text(text: str, tokens: list[str], tops: list[dict[str, float]],
+                     gap: float = NEAR_TIE) -> bool:
+    """``text`` (a greedy run beside other sequences) is the reference run's text
+    (``tokens``, each position's top alternatives ``tops``, e.g. from ``logprobs``), or
+    the two part where the reference's pick led the other run's by at most ``gap``."""
+    pos = 0
+    for token, top in zip(tokens, tops, strict=True):
+        if text.startswith(token, pos):
+            pos += len(token)
+            continue
+        best = top.get(token, max(top.values()))
+        return any(other != token and text.startswith(other, pos) and best - lp <= gap
+                   for other, lp in top.items())
+    return pos == len(text)
+
+
 def load_config(name: str) -> dict[str, Any]:
     data: dict[str, Any] = json.loads((ROOT / "configs" / name).read_text())
     return data

@@ -32,7 +32,7 @@ import pytest
 from make_test_models import read_base_model, write_lora_adapter, write_projector
 from openai import BadRequestError, OpenAI
 
-from conftest import ServerProcess, qwen_config, require_model, start_server
+from conftest import ServerProcess, qwen_config, require_model, same_greedy_text, start_server
 
 IMAGE_TOKENS = 4
 AUDIO_TOKENS = 375
@@ -441,14 +441,23 @@ def test_adapter_scale_zero_is_the_base_model_and_one_differs(client: OpenAI) ->
 
 def test_concurrent_requests_with_and_without_an_adapter_match_their_solo_runs(
         client: OpenAI) -> None:
-    solo = {name: complete(client, lora=[{"name": name, "scale": 1.0}] if name else [])
-            for name in ("", "style-a", "style-b")}
+    """Equal to the solo run up to a near-tie: sequences decoded together go through other
+    matmul kernels than one alone (conftest.same_greedy_text)."""
+    solo = {}
+    for name in ("", "style-a", "style-b"):
+        r = client.completions.create(model="qwen", prompt=CODE, temperature=0, max_tokens=12,
+                                      logprobs=5, extra_body={"lora": [
+                                          {"name": name, "scale": 1.0}] if name else []})
+        lp = r.choices[0].logprobs
+        assert lp is not None and lp.tokens is not None and lp.top_logprobs is not None
+        solo[name] = (lp.tokens, lp.top_logprobs)
     with ThreadPoolExecutor(6) as pool:
         futures = [(name, pool.submit(complete, client, lora=[{"name": name, "scale": 1.0}]
                                       if name else []))
                    for name in ("", "style-a", "style-b") * 2]
         for name, f in futures:
-            assert f.result(timeout=300) == solo[name], name
+            text = f.result(timeout=300)
+            assert same_greedy_text(text, *solo[name]), (name, text, "".join(solo[name][0]))
 
 
 def test_prefix_cache_entries_never_cross_adapter_sets(client: OpenAI) -> None:
