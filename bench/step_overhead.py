@@ -46,17 +46,19 @@ N_SEQ = 64
 
 
 def start_llamaserve(model: str, threads: int, ctx: int, tmp: Path,
-                     extra: dict[str, Any] | None = None) -> tuple[Any, int]:
+                     extra: dict[str, Any] | None = None,
+                     env: dict[str, str] | None = None) -> tuple[Any, int]:
     port = _port()
     cfg = {"server": {"host": "127.0.0.1", "port": port, "log_level": "warning",
                       "max_queue": 1024},
            "model": {"path": model, "alias": "tiny", "n_ctx": ctx, "n_seq_max": N_SEQ,
                      "threads": threads, "threads_batch": threads, **(extra or {})}}
-    path = tmp / "llamaserve.json"
+    path = tmp / f"llamaserve-{port}.json"
     path.write_text(json.dumps(cfg))
-    log = (tmp / "llamaserve.log").open("wb")
+    log = (tmp / f"llamaserve-{port}.log").open("wb")
     proc = subprocess.Popen([sys.executable, str(ROOT / "server.py"), "-C", str(path)],
-                            stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+                            stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
+                            env={**os.environ, **(env or {})})
     _wait(f"http://127.0.0.1:{port}/healthz", proc)
     return proc, port
 
@@ -187,45 +189,53 @@ def main() -> None:
                          "(best round kept); 0: one server after the other")
     ap.add_argument("--set", action="append", default=[], metavar="FIELD=JSON",
                     help="a model config field for llamaserve, e.g. kv_unified=false")
+    ap.add_argument("--variant", action="append", default=[], metavar="NAME:VAR=VALUE",
+                    help="one more llamaserve, named NAME, with an environment variable "
+                         "set, e.g. overlap:LLAMASERVE_HANDOFF=overlap (added to --servers)")
     args = ap.parse_args()
     model = args.model or str(write_tiny_model())
     levels = [int(c) for c in args.concurrency.split(",")]
     modes = args.modes.split(",")
     ctx = N_SEQ * (args.tokens + 64)
     extra = {k: json.loads(v) for k, v in (item.split("=", 1) for item in args.set)}
+    envs: dict[str, dict[str, str]] = {name: {} for name in args.servers.split(",")}
+    for item in args.variant:
+        name, setting = item.split(":", 1)
+        var, value = setting.split("=", 1)
+        envs[name] = {var: value}
+
+    def start(name: str, tmp: Path) -> tuple[Any, int]:
+        if name == "llama-server":
+            return start_llama_server(args.llama_server, model, args.threads, ctx, tmp)
+        return start_llamaserve(model, args.threads, ctx, tmp, extra, envs[name])
+
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
         if args.rounds:
             servers: dict[str, tuple[Any, int]] = {}
             try:
-                for name in args.servers.split(","):
-                    servers[name] = (start_llamaserve(model, args.threads, ctx, Path(tmp),
-                                                      extra)
-                                     if name == "llamaserve" else
-                                     start_llama_server(args.llama_server, model,
-                                                        args.threads, ctx, Path(tmp)))
+                for name in envs:
+                    servers[name] = start(name, Path(tmp))
                 rows = interleaved(servers, levels, args.tokens, modes, args.budget,
                                    args.rounds)
             finally:
                 for proc, _ in servers.values():
                     proc.terminate()
                     proc.wait(30)
-        for name in args.servers.split(",") if not args.rounds else []:
-            proc, port = (start_llamaserve(model, args.threads, ctx, Path(tmp), extra)
-                          if name == "llamaserve" else
-                          start_llama_server(args.llama_server, model, args.threads, ctx,
-                                             Path(tmp)))
+        for name in envs if not args.rounds else []:
+            proc, port = start(name, Path(tmp))
             try:
                 rows += measure(name, proc.pid, port, levels, args.tokens, modes, args.budget)
             finally:
                 proc.terminate()
                 proc.wait(30)
                 time.sleep(1)
-    ours = {(r["mode"], r["c"]): r for r in rows if r["server"] == "llamaserve"}
     theirs = {(r["mode"], r["c"]): r for r in rows if r["server"] == "llama-server"}
-    for key, r in ours.items():
+    for r in [r for r in rows if r["server"] != "llama-server"]:
+        key = (r["mode"], r["c"])
         if key in theirs and theirs[key]["tok/s"]:
-            rows.append({"server": "ratio", "mode": key[0], "c": key[1],
+            name = "ratio" if r["server"] == "llamaserve" else f"ratio {r['server']}"
+            rows.append({"server": name, "mode": key[0], "c": key[1],
                          "tok/s": round(r["tok/s"] / theirs[key]["tok/s"], 2),
                          "TTFT p50 ms": round(r["TTFT p50 ms"] / theirs[key]["TTFT p50 ms"], 2)
                          if theirs[key]["TTFT p50 ms"] else "",
