@@ -115,7 +115,9 @@ def start_server(config: dict[str, Any], tmp: Path, *, wait: bool = True,
 # llama.cpp is not batch-invariant: the same sequence decoded alone or beside others goes
 # through different matmul kernels (a vector product for one row, tiled products for
 # several), whose sums round differently. Greedy text can then part at a near-tie.
-NEAR_TIE = 0.2  # nats between the reference's chosen token and the other run's
+# nats between the reference's chosen token and the other run's; up to ~0.45 seen (Gemma 3
+# Q4_K_M, AVX-512 repacked kernels, two prompts beside each other after a cached prefix)
+NEAR_TIE = 0.6
 
 
 def same_greedy_text(text: str, tokens: list[str], tops: list[dict[str, float]],
