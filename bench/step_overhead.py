@@ -191,7 +191,7 @@ def main() -> None:
                     help="a model config field for llamaserve, e.g. kv_unified=false")
     ap.add_argument("--variant", action="append", default=[], metavar="NAME:VAR=VALUE",
                     help="one more llamaserve, named NAME, with an environment variable "
-                         "set, e.g. overlap:LLAMASERVE_HANDOFF=overlap (added to --servers)")
+                         "set, e.g. passive:OMP_WAIT_POLICY=PASSIVE (added to --servers)")
     args = ap.parse_args()
     model = args.model or str(write_tiny_model())
     levels = [int(c) for c in args.concurrency.split(",")]

@@ -167,7 +167,7 @@ def new_context(model: Any, cfg: ModelConfig, *, embeddings: bool = False,
     cp.n_threads_batch = cfg.n_threads_batch
     # a scoring context reads its outputs in batch order, which only one KV pool keeps
     # (split pools cut a batch into equal-length pieces, reordering the sequences)
-    cp.kv_unified = True if eval_callback is not None else kv_unified(cfg, n_seq_max, whole)
+    cp.kv_unified = eval_callback is not None or kv_unified(cfg, n_seq_max, whole)
     cp.swa_full = cfg.swa_full
     cp.no_perf = True
     cp.embeddings = embeddings

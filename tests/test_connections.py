@@ -169,7 +169,8 @@ def test_a_body_arriving_after_its_answer_is_not_taken_for_the_next_head(
         server: ServerProcess) -> None:
     """A route can answer before reading the body (a 404, an error): the body's bytes that
     follow on the kept-alive connection belong to that request, not to the next one's
-    head, so neither the 64 KiB head limit nor the header deadline applies to them."""
+    head: the 64 KiB head limit does not count them, and the next head's deadline starts
+    when they end."""
     s = raw_connection(server)
     body = b"x" * 300_000
     s.sendall(b"POST /nowhere HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body))

@@ -171,8 +171,11 @@ def test_status_panel_shows_batch_progress(browser: Any, tmp_path: Path) -> None
             time.sleep(0.1)
         page = browser.new_page()
         page.goto(server.url + "/")
-        page.wait_for_function("document.getElementById('s-batch').textContent !== '–'",
-                               timeout=10_000)
+        # polled from here: a wait_for_function predicate that is not true at once is
+        # re-evaluated through eval, which the page's CSP (no 'unsafe-eval') refuses
+        deadline = time.monotonic() + 10
+        while page.inner_text("#s-batch") == "–" and time.monotonic() < deadline:
+            page.wait_for_timeout(100)
         assert page.inner_text("#s-batch") == "0 · 0 · 5 (1)"
     finally:
         server.stop()

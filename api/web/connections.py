@@ -118,6 +118,7 @@ def guarded_protocol(limits: ConnectionLimits, base: type[Any] = BASE) -> type[A
                 self._refuse(data)
                 return
             self.seen_bytes = True
+            draining = self._answered_body_arriving()
             super().data_received(data)
             if self.header_timer is None:
                 return
@@ -127,6 +128,9 @@ def guarded_protocol(limits: ConnectionLimits, base: type[Any] = BASE) -> type[A
                 return
             if self._answered_body_arriving():
                 return  # the rest of a request answered before its body was read
+            if draining:  # that body just ended: the next head starts now, on its own clock
+                self._arm()
+                return
             # still in the request's head: httptools buffers headers without a limit (h11
             # stopped at 16 KiB), so a fast client could fill memory within the deadline
             self.head_bytes += len(data)
