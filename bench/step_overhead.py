@@ -47,7 +47,8 @@ N_SEQ = 64
 
 def start_llamaserve(model: str, threads: int, ctx: int, tmp: Path,
                      extra: dict[str, Any] | None = None,
-                     env: dict[str, str] | None = None) -> tuple[Any, int]:
+                     env: dict[str, str] | None = None, root: Path = ROOT) -> tuple[Any, int]:
+    """llamaserve on ``model``; ``root``: the checkout whose server.py runs."""
     port = _port()
     cfg = {"server": {"host": "127.0.0.1", "port": port, "log_level": "warning",
                       "max_queue": 1024},
@@ -56,8 +57,8 @@ def start_llamaserve(model: str, threads: int, ctx: int, tmp: Path,
     path = tmp / f"llamaserve-{port}.json"
     path.write_text(json.dumps(cfg))
     log = (tmp / f"llamaserve-{port}.log").open("wb")
-    proc = subprocess.Popen([sys.executable, str(ROOT / "server.py"), "-C", str(path)],
-                            stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
+    proc = subprocess.Popen([sys.executable, str(root / "server.py"), "-C", str(path)],
+                            stdout=log, stderr=subprocess.STDOUT, cwd=root,
                             env={**os.environ, **(env or {})})
     _wait(f"http://127.0.0.1:{port}/healthz", proc)
     return proc, port

@@ -6,12 +6,14 @@ client leaves."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
-from api.web.streaming import BeatingResponse, TextEvent, sse
+from api.web.engine_client import INLINE_CHARS, EngineClient
+from api.web.streaming import BeatingResponse, ClientLeft, TextEvent, sse, unless_client_leaves
 
 
 async def timed(*steps: tuple[float, bytes]) -> AsyncIterator[bytes]:
@@ -102,6 +104,67 @@ def test_the_source_is_not_read_ahead_and_stops_when_the_client_leaves() -> None
 
     sent, stopped_source = asyncio.run(run())
     assert stopped_source and len(read) <= len(sent) + 1 <= 7
+
+
+def test_unless_client_leaves_returns_cancels_and_passes_outside_cancels_on() -> None:
+    """The work's result when the client stays; ``ClientLeft`` and the work cancelled when
+    it leaves, with the task usable afterwards (a later timeout still works); a cancel
+    from elsewhere stays a cancel; no listener is left behind."""
+
+    def receive_after(seconds: float | None) -> Any:
+        async def receive() -> dict[str, Any]:
+            await asyncio.sleep(3600 if seconds is None else seconds)
+            return {"type": "http.disconnect"}
+        return receive
+
+    async def work(seconds: float, cancelled: list[bool]) -> str:
+        try:
+            await asyncio.sleep(seconds)
+            return "done"
+        except asyncio.CancelledError:
+            cancelled.append(True)
+            raise
+
+    async def run() -> None:
+        stays: list[bool] = []
+        assert await unless_client_leaves(receive_after(None), work(0.01, stays)) == "done"
+        assert not stays
+        leaves: list[bool] = []
+        with pytest.raises(ClientLeft):
+            await unless_client_leaves(receive_after(0.01), work(5, leaves))
+        assert leaves == [True]
+        task_now = asyncio.current_task()
+        assert getattr(task_now, "cancelling", lambda: 0)() == 0  # not still cancelling
+        outside: list[bool] = []
+        task = asyncio.ensure_future(unless_client_leaves(receive_after(None), work(5, outside)))
+        await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert outside == [True]
+        await asyncio.sleep(0)
+        current = asyncio.current_task()
+        assert [t for t in asyncio.all_tasks() if t is not current] == []
+
+    asyncio.run(run())
+
+
+def test_short_text_is_tokenized_on_the_event_loop_long_text_on_the_pool() -> None:
+    class Model:
+        n_seq_max = 1
+
+    async def run() -> tuple[str, str]:
+        client = EngineClient(Model())  # type: ignore[arg-type]
+        try:
+            short = await client.tokenize(threading.current_thread, chars=INLINE_CHARS)
+            long = await client.tokenize(threading.current_thread, chars=INLINE_CHARS + 1)
+        finally:
+            client.executor.shutdown()
+        return short.name, long.name
+
+    short, long = asyncio.run(run())
+    assert short == threading.current_thread().name
+    assert long.startswith("llamaserve-prepare")
 
 
 @pytest.mark.parametrize("text", ["", "hello", ' "quoted" \\ back', "line\nbreak\ttab",

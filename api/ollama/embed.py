@@ -99,7 +99,8 @@ async def embed(request: Request) -> Response:
     shape = _shape(state)
     if not texts:
         return JSONResponse({"model": name, "embeddings": []})
-    tokens = await state.client.run(_fit_all, state.model, texts, shape.max_input, truncate)
+    tokens = await state.client.tokenize(_fit_all, state.model, texts, shape.max_input,
+                                         truncate, chars=sum(map(len, texts)))
     vectors = await state.client.embed(tokens)
     timings.finish()
     n_tokens = sum(len(t) for t in tokens)
@@ -118,7 +119,8 @@ async def embeddings(request: Request) -> Response:
     shape = _shape(state)
     if not prompt:
         return JSONResponse({"embedding": []})
-    tokens = await state.client.run(fit, state.model, prompt, shape.max_input, True, "prompt")
+    tokens = await state.client.tokenize(fit, state.model, prompt, shape.max_input, True,
+                                         "prompt", chars=len(prompt))
     vectors = await state.client.embed([tokens])
     note_usage(request.scope, state.model_name, len(tokens), 0)
     return JSONResponse({"embedding": [float(x) for x in vectors[0]]})

@@ -117,7 +117,8 @@ async def create_completion(request: Request) -> Response:
                                              InfillInput(str(p), suffix), room), str(p))
                      for p in prompts]
     else:
-        tokenized = await state.client.run(_tokenize_all, state.model, prompts)
+        tokenized = await state.client.tokenize(_tokenize_all, state.model, prompts,
+                                                chars=sum(len(p) for p in prompts))
     gen = state.client.generate([t for t, _ in tokenized], params, n, param="prompt",
                                 adapters=state.adapters(body), whole=not stream)
     echoes = [text if echo else "" for _, text in tokenized]

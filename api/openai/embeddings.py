@@ -105,7 +105,8 @@ async def create_embedding(request: Request) -> Response:
     texts, token_lists = parse_input(body, state.model.n_vocab,
                                      reject_ids=state.model_config.reject_token_id_inputs)
     if texts is not None:
-        token_lists = await state.client.run(_tokenize_all, state.model, texts)
+        token_lists = await state.client.tokenize(_tokenize_all, state.model, texts,
+                                                  chars=sum(map(len, texts)))
     assert token_lists is not None
     for i, tokens in enumerate(token_lists):
         if len(tokens) > shape.max_input:

@@ -7,7 +7,9 @@ import asyncio
 import hashlib
 import json
 import secrets
-from typing import Any
+import sys
+from collections.abc import Awaitable
+from typing import Any, TypeVar
 
 from starlette.requests import Request
 
@@ -18,6 +20,17 @@ from engine.config import LLAMA_CPP_SAMPLING, SamplingDefaults
 from engine.request import SamplingParams
 
 MAX_STOP = 16
+
+T = TypeVar("T")
+
+
+async def within(seconds: float, work: Awaitable[T]) -> T:
+    """``asyncio.wait_for``, without the task it makes on Python 3.11 (one more turn of
+    the event loop before every request's handler goes on)."""
+    if sys.version_info >= (3, 11):
+        async with asyncio.timeout(seconds):
+            return await work
+    return await asyncio.wait_for(work, seconds)  # pragma: no cover - Python 3.10
 
 
 async def read_json(request: Request, limits: BodyLimits) -> dict[str, Any]:
@@ -36,7 +49,7 @@ async def read_json(request: Request, limits: BodyLimits) -> dict[str, Any]:
                 raise too_large(limits.max_bytes)
 
     try:
-        await asyncio.wait_for(receive(), limits.timeout)
+        await within(limits.timeout, receive())
     except asyncio.TimeoutError:
         raise APIError(f"Request body not received within {limits.timeout:g} s "
                        "(server.body_timeout)", status=408, code="body_timeout",

@@ -9,8 +9,8 @@ per-model helpers, loaded on demand (``api.web.registry``).
 from __future__ import annotations
 
 import functools
+import os
 import time
-import uuid
 from collections.abc import MutableMapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -173,4 +173,4 @@ class ModelState:
 
 
 def new_id(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:24]}"
+    return f"{prefix}-{os.urandom(12).hex()}"
