@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from api.web.engine_client import INLINE_CHARS, EngineClient
+from api.web.engine_client import INLINE_CHARS, INLINE_TEXTS, EngineClient
 from api.web.streaming import BeatingResponse, ClientLeft, TextEvent, sse, unless_client_leaves
 
 
@@ -149,22 +149,27 @@ def test_unless_client_leaves_returns_cancels_and_passes_outside_cancels_on() ->
     asyncio.run(run())
 
 
-def test_short_text_is_tokenized_on_the_event_loop_long_text_on_the_pool() -> None:
+def test_a_few_short_texts_are_tokenized_on_the_event_loop_others_on_the_pool() -> None:
     class Model:
         n_seq_max = 1
 
-    async def run() -> tuple[str, str]:
+    async def where(client: EngineClient, texts: list[str]) -> str:
+        return (await client.tokenize(threading.current_thread, texts=texts)).name
+
+    async def run() -> list[str]:
         client = EngineClient(Model())  # type: ignore[arg-type]
         try:
-            short = await client.tokenize(threading.current_thread, chars=INLINE_CHARS)
-            long = await client.tokenize(threading.current_thread, chars=INLINE_CHARS + 1)
+            return [await where(client, ["x" * INLINE_CHARS]),
+                    await where(client, ["x" * (INLINE_CHARS // 2)] * 2),
+                    await where(client, ["x" * (INLINE_CHARS + 1)]),
+                    await where(client, [""] * (INLINE_TEXTS + 1))]  # many, however short
         finally:
             client.executor.shutdown()
-        return short.name, long.name
 
-    short, long = asyncio.run(run())
-    assert short == threading.current_thread().name
-    assert long.startswith("llamaserve-prepare")
+    loop_thread = threading.current_thread().name
+    inline, inline_two, long, many = asyncio.run(run())
+    assert inline == inline_two == loop_thread
+    assert long.startswith("llamaserve-prepare") and many.startswith("llamaserve-prepare")
 
 
 @pytest.mark.parametrize("text", ["", "hello", ' "quoted" \\ back', "line\nbreak\ttab",

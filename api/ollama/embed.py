@@ -100,7 +100,7 @@ async def embed(request: Request) -> Response:
     if not texts:
         return JSONResponse({"model": name, "embeddings": []})
     tokens = await state.client.tokenize(_fit_all, state.model, texts, shape.max_input,
-                                         truncate, chars=sum(map(len, texts)))
+                                         truncate, texts=texts)
     vectors = await state.client.embed(tokens)
     timings.finish()
     n_tokens = sum(len(t) for t in tokens)
@@ -120,7 +120,7 @@ async def embeddings(request: Request) -> Response:
     if not prompt:
         return JSONResponse({"embedding": []})
     tokens = await state.client.tokenize(fit, state.model, prompt, shape.max_input, True,
-                                         "prompt", chars=len(prompt))
+                                         "prompt", texts=[prompt])
     vectors = await state.client.embed([tokens])
     note_usage(request.scope, state.model_name, len(tokens), 0)
     return JSONResponse({"embedding": [float(x) for x in vectors[0]]})

@@ -113,7 +113,7 @@ async def _plain_prompt(state: ModelState, prompt: str, suffix: str,
         fim = fim_tokens_or_400(model, "suffix")
         room = model.n_ctx_seq - (max_tokens or 16)
         return await state.client.run(fim_prompt, model, fim, InfillInput(prompt, suffix), room)
-    return await state.client.tokenize(model.tokenize, prompt, True, True, chars=len(prompt))
+    return await state.client.tokenize(model.tokenize, prompt, True, True, texts=[prompt])
 
 
 def _after(prep: Prepared, context: list[int], state: ModelState) -> Prepared:

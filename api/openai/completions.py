@@ -118,7 +118,7 @@ async def create_completion(request: Request) -> Response:
                      for p in prompts]
     else:
         tokenized = await state.client.tokenize(_tokenize_all, state.model, prompts,
-                                                chars=sum(len(p) for p in prompts))
+                                                texts=prompts)
     gen = state.client.generate([t for t, _ in tokenized], params, n, param="prompt",
                                 adapters=state.adapters(body), whole=not stream)
     echoes = [text if echo else "" for _, text in tokenized]

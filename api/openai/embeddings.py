@@ -106,7 +106,7 @@ async def create_embedding(request: Request) -> Response:
                                      reject_ids=state.model_config.reject_token_id_inputs)
     if texts is not None:
         token_lists = await state.client.tokenize(_tokenize_all, state.model, texts,
-                                                  chars=sum(map(len, texts)))
+                                                  texts=texts)
     assert token_lists is not None
     for i, tokens in enumerate(token_lists):
         if len(tokens) > shape.max_input:

@@ -12,7 +12,7 @@ import asyncio
 import contextvars
 import dataclasses
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence, Sized
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -33,10 +33,12 @@ from engine.request import (
 
 T = TypeVar("T")
 
-# text up to this long is tokenized on the event loop itself: tokenizing 512 characters
-# takes ~0.2 ms, about what a hop to the prepare pool and back costs (0.3 ms at one stream,
-# measured on the tiny model), and a streamed request's first token waits for both
+# a few texts this short in all are tokenized on the event loop itself: tokenizing 512
+# characters takes ~0.2 ms, about what a hop to the prepare pool and back costs (0.3 ms at
+# one stream, measured on the tiny model), and a streamed request's first token waits for
+# both; many texts (each a call into llama.cpp) go to the pool however short
 INLINE_CHARS = 512
+INLINE_TEXTS = 8
 
 # engine.request.Request.priority of the requests started in this context (the batch
 # worker sets it to engine.request.BACKGROUND around a batch line)
@@ -144,10 +146,11 @@ class EngineClient:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self.executor, fn, *args)
 
-    async def tokenize(self, fn: Callable[..., T], *args: Any, chars: int) -> T:
-        """``fn(*args)``, tokenizing text of ``chars`` characters in all: on the event
-        loop when that is at most ``INLINE_CHARS``, else on the pool."""
-        if chars <= INLINE_CHARS:
+    async def tokenize(self, fn: Callable[..., T], *args: Any, texts: Sequence[Sized]) -> T:
+        """``fn(*args)``, which tokenizes (or detokenizes) ``texts``: on the event loop
+        when they are at most ``INLINE_TEXTS`` of ``INLINE_CHARS`` characters (or tokens)
+        in all, else on the pool."""
+        if len(texts) <= INLINE_TEXTS and sum(map(len, texts)) <= INLINE_CHARS:
             return fn(*args)
         return await self.run(fn, *args)
 
