@@ -58,6 +58,10 @@ class ServerConfig:
     # DeepSeek), "reasoning" (vLLM, OpenRouter) or "both"
     reasoning_field: str = "reasoning_content"
     playground: bool = True  # the chat page at /
+    # max_tokens beyond the room a prompt leaves is cut to it (the answer ends at the
+    # context's end, finish_reason "length"), as llama-server and Ollama do; false: a 400
+    # as OpenAI's API answers (the Anthropic route always cuts)
+    clamp_max_tokens: bool = True
     max_json_depth: int = 64  # nesting of arrays/objects in a body or WebSocket frame
     max_string_length: int = 4 * 1024 * 1024  # characters of one JSON string
     max_array_length: int = 262_144  # items of one array (members of one object)
@@ -165,8 +169,8 @@ class ModelConfig:
     prefill_step_target: float = 2.0
     threads: int = field(default_factory=lambda: os.cpu_count() or 4)
     threads_batch: int | None = None
-    # one KV pool for all sequences, or one per sequence (None: one pool up to
-    # UNIFIED_UP_TO sequences; see engine.loading.kv_unified)
+    # one KV pool for all sequences (None or True: each may use all of n_ctx), or n_ctx
+    # split per sequence (False); see engine.loading.kv_unified
     kv_unified: bool | None = None
     swa_full: bool = False
     # recurrent / hybrid models: RAM for recurrent-state snapshots at message ends, so a

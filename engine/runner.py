@@ -97,7 +97,7 @@ class Runner:
         self.n_ctx_seq = int(L.llama_n_ctx_seq(self.ctx))
         self.n_seq_max = int(L.llama_n_seq_max(self.ctx))
         self.n_batch = int(L.llama_n_batch(self.ctx))
-        self.unified = kv_unified(cfg, embeddings=self.embedding_only) or self.n_seq_max == 1
+        self.unified = kv_unified(cfg) or self.n_seq_max == 1
         # sliding-window attention keeps only the last window unless swa_full
         self.n_swa = 0 if cfg.swa_full else int(L.llama_model_n_swa(self.model))
         self._batch = NumpyBatch(self.n_batch)
@@ -413,7 +413,7 @@ class Runner:
         c = self.cfg
         return {"llama_cpp": library_version(), "type_k": c.type_k, "type_v": c.type_v,
                 "n_ctx": self.n_ctx, "n_ctx_seq": self.n_ctx_seq,
-                "kv_unified": kv_unified(c, embeddings=self.embedding_only),
+                "kv_unified": kv_unified(c),
                 "swa_full": c.swa_full, "flash_attn": c.flash_attn,
                 "loras": [[x.name, x.scale, self._adapter_files.get(x.name)] for x in c.loras
                           if x.scale != 0],

@@ -192,12 +192,14 @@ def test_disconnect_while_waiting_for_a_full_response(gemma_server: ServerProces
 
 
 def test_context_overflow_is_context_length_exceeded(client: OpenAI) -> None:
+    """A prompt that leaves no room for an answer; a ``max_tokens`` past the room is cut
+    to it instead (tests/test_context_room.py)."""
     with pytest.raises(openai.BadRequestError) as err:
-        client.completions.create(model="x", prompt="word " * 4000, max_tokens=200)
+        client.completions.create(model="x", prompt="word " * 4200, max_tokens=200)
     body = err.value.body
     assert isinstance(body, dict)
     assert body["code"] == "context_length_exceeded"
-    assert "4096" in body["message"] and "200" in body["message"]
+    assert "4096" in body["message"] and "model.n_ctx" in body["message"]
 
 
 @pytest.mark.parametrize(

@@ -167,16 +167,17 @@ def test_unreadable_and_malformed_files(tmp_path: Path) -> None:
         load(broken)
 
 
-@pytest.mark.parametrize(("n_seq_max", "set_to", "embeddings", "unified"), [
-    (1, None, False, True), (4, None, False, True), (5, None, False, False),
-    (64, None, False, False), (64, None, True, True), (64, True, False, True),
-    (2, False, False, False)])
-def test_one_kv_pool_by_default_up_to_four_sequences(n_seq_max: int, set_to: bool | None,
-                                                     embeddings: bool, unified: bool) -> None:
+@pytest.mark.parametrize(("n_seq_max", "set_to", "unified"), [
+    (1, None, True), (4, None, True), (5, None, True), (16, None, True), (64, None, True),
+    (64, True, True), (2, False, False), (64, False, False)])
+def test_one_kv_pool_unless_the_config_splits_it(n_seq_max: int, set_to: bool | None,
+                                                  unified: bool) -> None:
+    """Unset, every sequence may use all of ``n_ctx`` (issue 48: split above four
+    sequences by default, an 8k / 16-sequence config refused a 2k prompt)."""
     model: dict[str, object] = {"path": "m.gguf", "n_seq_max": n_seq_max}
     if set_to is not None:
         model["kv_unified"] = set_to
-    assert kv_unified(parse({"model": model}).model, embeddings=embeddings) is unified
+    assert kv_unified(parse({"model": model}).model) is unified
 
 
 def test_the_scripts_inline_dependencies_are_the_packages() -> None:

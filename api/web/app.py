@@ -83,8 +83,11 @@ async def list_models(request: Request) -> Response:
         if cfg.loras:
             meta["lora"] = [{"id": i, "name": x.name, "scale": x.scale}
                             for i, x in enumerate(cfg.loras)]
-        data.append({"id": entry.name, "object": "model", "created": server.created,
-                     "owned_by": "llamaserve", "meta": meta})
+        item = {"id": entry.name, "object": "model", "created": server.created,
+                "owned_by": "llamaserve", "meta": meta}
+        if state is not None:  # vLLM's field: the context one request may use
+            item["max_model_len"] = state.model.n_ctx_seq
+        data.append(item)
         # one entry per adapter, as vLLM lists them: naming it as the model applies it
         data += [{"id": x.name, "object": "model", "created": server.created,
                   "owned_by": "llamaserve", "root": entry.name, "parent": entry.name,
@@ -162,7 +165,8 @@ def model_state(server: ServerState, cfg: ModelConfig, model: ModelHandle) -> Mo
     """A loaded model as handlers see it: its engine client, template and layout."""
     s = server.config.server
     client = EngineClient(model, workers=s.prepare_workers, max_queue=s.max_queue,
-                          request_timeout=s.request_timeout, max_buffered=s.max_buffered_steps)
+                          request_timeout=s.request_timeout, max_buffered=s.max_buffered_steps,
+                          clamp_max_tokens=s.clamp_max_tokens)
     state = ModelState(server, cfg, client, template=load_template(cfg, model),
                        layout=load_layout(cfg))
     model.render_special(marker_tokens(model, state.layout))

@@ -86,8 +86,10 @@ class EngineClient:
     delivers what the engine thread publishes."""
 
     def __init__(self, model: ModelHandle, workers: int = 4, max_queue: int = 1 << 30,
-                 request_timeout: float = 0.0, max_buffered: int = 1024) -> None:
+                 request_timeout: float = 0.0, max_buffered: int = 1024,
+                 clamp_max_tokens: bool = True) -> None:
         self.model = model
+        self.clamp_max_tokens = clamp_max_tokens  # server.clamp_max_tokens
         # engine steps of output a request may have waiting for its client; past it the
         # client is too slow and the request is cancelled (its queue holds no more)
         self.max_buffered = max_buffered
@@ -157,15 +159,18 @@ class EngineClient:
     def generate(self, prompts: Sequence[list[int]], params: SamplingParams, n: int,
                  param: str = "prompt", media: tuple[MediaSpan, ...] = (),
                  adapters: tuple[tuple[str, float], ...] = (),
-                 clamp: bool = False, whole: bool = False,
+                 clamp: bool | None = None, whole: bool = False,
                  message_ends: tuple[int, ...] = ()) -> Generation:
         """Admission-check and submit every (prompt, choice); all or nothing. ``clamp``:
-        a ``max_tokens`` beyond the context's room is cut to it (the Anthropic API).
+        a ``max_tokens`` beyond the context's room is cut to it (None: as
+        ``server.clamp_max_tokens`` says; the Anthropic API always).
         ``whole``: the caller reads only the finished result (a response that is not
         streamed), so each sequence's output arrives once, at its end, instead of waking
         the event loop at every engine step. ``message_ends``: positions in the prompt
         where a message's text ends inside a turn (``Prepared.message_ends``)."""
         count = len(prompts) * n
+        if clamp is None:
+            clamp = self.clamp_max_tokens
         if self.outstanding + count > self.max_outstanding:
             raise APIError("The server is at capacity (its queue is full); retry shortly.",
                            status=429, code="queue_full", headers={"Retry-After": "1"})
