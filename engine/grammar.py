@@ -26,7 +26,8 @@ from typing import Any
 
 import llama_cpp.llama_grammar
 
-from engine.json_schema import SchemaError, SchemaSet
+from engine.json_schema import SchemaError, SchemaSet, number_bounds
+from engine.schema_patterns import JSON_UNSAFE
 
 _G: Any = llama_cpp.llama_grammar  # untyped Python module: used through Any
 
@@ -92,21 +93,102 @@ _CHAR_RULE = r'char ::= [^"\\] |'
 _STRICT_CHAR_RULE = r'char ::= [^"\\\x7F\x00-\x1F] |'
 
 
+_HEX4 = '"u" [0-9a-fA-F] [0-9a-fA-F] [0-9a-fA-F] [0-9a-fA-F]'
+# a \u escape of anything but a UTF-16 surrogate: each escape is one character (a string's
+# length counts as a validator counts it), never a lone surrogate clients refuse
+_NO_SURROGATE = '"u" ([0-9a-cA-CefEF] [0-9a-fA-F] | [dD] [0-7]) [0-9a-fA-F] [0-9a-fA-F]'
+
+
 def strict_strings(text: str) -> str:
     """The converter's JSON string character without the control characters JSON forbids
     unescaped (its rule lets a raw line break into a string: ``json.loads`` and every
-    client then refuse the value); llama.cpp's own converter excludes them the same way."""
+    client then refuse the value; llama.cpp's own converter excludes them the same way),
+    and without ``\\u`` escapes of surrogates."""
     if text.startswith(_CHAR_RULE):
-        return _STRICT_CHAR_RULE + text[len(_CHAR_RULE):]
-    return text.replace("\n" + _CHAR_RULE, "\n" + _STRICT_CHAR_RULE)
+        text = _STRICT_CHAR_RULE + text[len(_CHAR_RULE):]
+    else:
+        text = text.replace("\n" + _CHAR_RULE, "\n" + _STRICT_CHAR_RULE)
+    at = text.find(_STRICT_CHAR_RULE)
+    if at >= 0:
+        end = text.find("\n", at)
+        end = len(text) if end < 0 else end
+        text = text[:at] + text[at:end].replace(_HEX4, _NO_SURROGATE) + text[end:]
+    return text
 
 
 def _gbnf_literal(text: str) -> str:
     return json.dumps(text)  # GBNF string literals use JSON escapes
 
 
+class _Converter(_G.SchemaConverter):  # type: ignore[misc]
+    """llama-cpp-python's converter, and what it does not write: a bounded integer or
+    number as the pattern of its range (``engine.schema_numbers``), and an object's other
+    keys (``additionalProperties``) as strings that are none of its declared names, so no
+    key can repeat one with a value of another schema."""
+
+    def visit(self, schema: Any, name: str) -> Any:
+        if isinstance(schema, dict) and "$ref" not in schema and "anyOf" not in schema \
+                and "oneOf" not in schema:
+            pattern = number_bounds(schema)
+            if pattern is not None:
+                rule = f"{name}-" if name in _G.RESERVED_NAMES else name or "root"
+                self._raw_pattern = True
+                try:
+                    value = self._visit_pattern(pattern, f"{rule}-number")
+                finally:
+                    self._raw_pattern = False
+                return self._add_rule(rule, f"{value} space")
+        return super().visit(schema, name)
+
+    def _build_object_rule(self, properties: list[tuple[str, Any]], required: set[str],
+                           name: str, additional_properties: Any) -> Any:
+        rule = super()._build_object_rule(properties, required, name, additional_properties)
+        extra = f"{name}{'-' if name else ''}additional-kv"
+        if properties and extra in self._rules and \
+                self._rules[extra].startswith("string "):
+            keys = self._other_names([k for k, _ in properties], f"{extra}-key")
+            self._rules[extra] = keys + self._rules[extra][len("string"):]
+        return rule
+
+    def _other_names(self, names: list[str], rule: str) -> str:
+        """A rule for JSON strings written without escapes that are none of ``names``."""
+        trie: dict[str, Any] = {}
+        for n in names:
+            node = trie
+            for c in n:
+                node = node.setdefault(c, {})
+            node[""] = {}  # a name ends here
+        free = self._add_rule("other-name-char", f"[^{JSON_UNSAFE}]")
+        counter = iter(range(1 << 30))
+
+        def walk(node: dict[str, Any]) -> str:
+            chars = [c for c in node if c]
+            alts = []
+            if chars:
+                listed = "".join(_class_char(c) for c in chars)
+                alts.append(f"[^{listed}{JSON_UNSAFE}] {free}*")
+            else:
+                alts.append(f"{free}+")
+            for c in chars:
+                alts.append(f"{_gbnf_literal(c)} {walk(node[c])}")
+            if "" not in node:
+                alts.append('""')  # the key may end here: no name ends here
+            return str(self._add_rule(f"{rule}-{next(counter)}", " | ".join(alts)))
+
+        return str(self._add_rule(rule, f'"\\"" {walk(trie)} "\\"" space'))
+
+
+def _class_char(c: str) -> str:
+    """``c`` as an item of a GBNF character class."""
+    code = ord(c)
+    if c.isascii() and c.isalnum():
+        return c
+    return f"\\x{code:02X}" if code < 0x100 else f"\\u{code:04X}" if code < 0x10000 \
+        else f"\\U{code:08X}"
+
+
 def _converter() -> Any:
-    return _G.SchemaConverter(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False)
+    return _Converter(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False)
 
 
 def _visit(conv: Any, schema: Any, name: str) -> str:
@@ -116,22 +198,26 @@ def _visit(conv: Any, schema: Any, name: str) -> str:
     except RecursionError:
         raise GrammarError("cannot build a grammar for this JSON schema: it nests too "
                            "deeply for the grammar converter") from None
-    except Exception as exc:  # the converter's own checks are asserts and lookups
+    except Exception as exc:  # the converter's own checks are asserts and lookups; a
+        # range engine.json_schema let through as writable, ValueError
         raise GrammarError(f"cannot build a grammar for this JSON schema: {exc}") from None
 
 
-def _local(schemas: SchemaSet, schema: Any, where: str) -> Any:
+def _local(schemas: SchemaSet, schema: Any, where: str, strict: bool = False) -> Any:
     try:
-        return schemas.add(schema, where)
+        return schemas.add(schema, where, strict)
     except SchemaError as exc:
         raise GrammarError(f"cannot build a grammar for this JSON schema: {exc}") from None
 
 
-def json_grammar(schema: dict[str, Any] | None, after: str | None = None) -> Grammar:
+def json_grammar(schema: dict[str, Any] | None, after: str | None = None,
+                 strict: bool = False) -> Grammar:
     """Any JSON object (``schema`` None) or a value of ``schema``. With ``after`` (the end
-    of a reasoning block), the model reasons freely and the JSON follows that marker."""
+    of a reasoning block), the model reasons freely and the JSON follows that marker.
+    ``strict``: the schema is enforced exactly or refused (``engine.json_schema``)."""
     conv, schemas = _converter(), SchemaSet()
-    local = _local(schemas, schema if schema is not None else {"type": "object"}, "schema")
+    local = _local(schemas, schema if schema is not None else {"type": "object"}, "schema",
+                   strict)
     value = _visit(conv, schemas.root(local), "json-value")
     if after is None:
         conv._add_rule("root", value)
@@ -169,7 +255,8 @@ def tool_parameters(tools: list[dict[str, Any]]) -> list[Any]:
         params = fn.get("parameters") or {"type": "object"}
         try:
             probe, conv = SchemaSet(), _converter()
-            _visit(conv, probe.root(_local(probe, params, "parameters")), "probe")
+            _visit(conv, probe.root(_local(probe, params, "parameters", is_strict(tool))),
+                   "probe")
             bounded(str(conv.format_grammar()), depth=False)
         except GrammarError as exc:
             if fn.get("strict"):
@@ -177,6 +264,11 @@ def tool_parameters(tools: list[dict[str, Any]]) -> list[Any]:
             params = {"type": "object"}
         out.append(params)
     return out
+
+
+def is_strict(tool: dict[str, Any]) -> bool:
+    """Whether a tool asks for its parameters to be enforced exactly."""
+    return bool(tool["function"].get("strict"))
 
 
 def _trigger(marker: str) -> str:
@@ -204,7 +296,8 @@ def _calls(tools: list[dict[str, Any]]) -> tuple[SchemaSet, Any]:
         name = tool["function"]["name"]
         calls.append({"type": "object", "properties": {
             "name": {"const": name},
-            "arguments": _local(schemas, params, f"tools.{name}.parameters")},
+            "arguments": _local(schemas, params, f"tools.{name}.parameters",
+                                is_strict(tool))},
             "required": ["name", "arguments"]})
     return schemas, schemas.root(calls[0] if len(calls) == 1 else {"anyOf": calls})
 
@@ -283,7 +376,7 @@ def _xml_grammar(tools: list[dict[str, Any]], start: str, end: str, *,
     alternatives = []
     for i, (tool, params) in enumerate(zip(tools, tool_parameters(tools), strict=True)):
         fn = tool["function"]
-        local = _local(schemas, params, f"tools.{fn['name']}.parameters")
+        local = _local(schemas, params, f"tools.{fn['name']}.parameters", is_strict(tool))
         required = set(local.get("required", [])) if isinstance(local, dict) else set()
         parts = []
         props = local.get("properties") if isinstance(local, dict) else None
@@ -315,7 +408,7 @@ HARMONY_TEXT = '([^<] | "<" [^|])*'  # a final answer: any text but a harmony to
 
 def harmony_grammar(tools: list[dict[str, Any]], *, forced: bool,
                     schema: dict[str, Any] | None, json_mode: bool,
-                    after: str | None) -> Grammar:
+                    after: str | None, strict: bool = False) -> Grammar:
     """gpt-oss's answer after its analysis channel (``after``, the end of that channel:
     the grammar is lazy on it; None: the prompt ends with ``<|start|>assistant``): a
     ``commentary`` message calling one of ``tools`` with JSON arguments of its parameters,
@@ -330,7 +423,8 @@ def harmony_grammar(tools: list[dict[str, Any]], *, forced: bool,
                                                    strict=True)):
                 name = tool["function"]["name"]
                 args = _visit(conv, schemas.root(_local(schemas, params,
-                                                        f"tools.{name}.parameters")),
+                                                        f"tools.{name}.parameters",
+                                                        is_strict(tool))),
                               f"fn{i}-args")
                 head = f" to=functions.{name} <|constrain|>json<|message|>"
                 calls.append(conv._add_rule(f"fn{i}", f"{_gbnf_literal(head)} {args}"))
@@ -340,8 +434,8 @@ def harmony_grammar(tools: list[dict[str, Any]], *, forced: bool,
     if not forced:
         if json_mode:
             value = _visit(conv, schemas.root(_local(
-                schemas, schema if schema is not None else {"type": "object"}, "schema")),
-                "json-value")
+                schemas, schema if schema is not None else {"type": "object"}, "schema",
+                strict)), "json-value")
         else:
             value = conv._add_rule("final-text", HARMONY_TEXT)
         answers.append(conv._add_rule("final", f'"<|channel|>final<|message|>" {value}'))

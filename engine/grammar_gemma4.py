@@ -30,6 +30,7 @@ from engine.grammar import (
     _trigger,
     _visit,
     bounded,
+    is_strict,
     raw_pattern,
     strict_strings,
 )
@@ -39,7 +40,7 @@ QUOTE = '<|"|>'
 _HANDLED = {"type", "properties", "required", "additionalProperties", "items", "minItems",
             "maxItems", "enum", "const", "anyOf", "oneOf", "minLength", "maxLength", "pattern",
             "format", "$ref", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
-            "multipleOf", "uniqueItems", "minProperties", "maxProperties", "$defs"}
+            "multipleOf", "uniqueItems", "minProperties", "maxProperties", "$defs", "$places"}
 _BASE = {
     "g4-char": '[^<] | "<" [^|]',  # a string cannot hold the start of a control token
     "g4-string": f'{_gbnf_literal(QUOTE)} g4-char* {_gbnf_literal(QUOTE)}',
@@ -204,13 +205,15 @@ def _arguments(values: _Values, schemas: SchemaSet, tool: dict[str, Any], i: int
     params = fn.get("parameters") or {"type": "object"}
     try:
         probe_conv, probe = _converter(), SchemaSet()
-        _Values(probe_conv, probe).rule(_local(probe, params, "parameters"), "probe")
+        _Values(probe_conv, probe).rule(_local(probe, params, "parameters", is_strict(tool)),
+                                        "probe")
         bounded(str(probe_conv.format_grammar()), depth=False)
     except GrammarError as exc:
         if fn.get("strict"):
             raise GrammarError(f"tool {fn['name']!r}: {exc}") from None
         params = {"type": "object"}
-    return values.rule(_local(schemas, params, f"tools.{fn['name']}.parameters"), f"fn{i}-args")
+    return values.rule(_local(schemas, params, f"tools.{fn['name']}.parameters",
+                              is_strict(tool)), f"fn{i}-args")
 
 
 def _call_block(conv: Any, values: _Values, schemas: SchemaSet, tools: list[dict[str, Any]],

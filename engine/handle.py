@@ -270,6 +270,11 @@ class ModelHandle:
         """The engine's Prometheus ``CollectorRegistry`` (one per model)."""
         return self._engine.metrics.registry
 
+    def note_schema_mismatch(self, kind: str, strict: bool) -> None:
+        """Count an answer that ended normally and broke its schema (``kind``: "format" or
+        "tool")."""
+        self._engine.metrics.schema_mismatches.labels(kind, str(strict).lower()).inc()
+
     def note_slow_client(self) -> None:
         """Count a request cancelled because its client stopped reading."""
         self._engine.metrics.slow_clients.inc()

@@ -26,25 +26,51 @@ schema all pass through ``SchemaSet.add`` before conversion. It copies the schem
   free-text field: written out as nested optional rules, that bound alone ran llama.cpp's
   grammar parser out of stack and killed the process.
 
-Keywords the converter ignores (``minimum``, ``not``, ``patternProperties`` …) only
-narrow a schema, so the grammar accepts a superset of it.
+Exactness. Numeric bounds (``engine.schema_numbers``), patterns (``engine.schema_patterns``,
+JSON-string-safe and anchored), formats (``engine.schema_merge.FORMATS``), ``allOf`` and the
+keywords beside an ``anyOf`` (merged), ``oneOf`` with branches no value can match twice, the
+``required`` of an object without ``properties``, ``not`` of a type, ``dependentRequired``,
+``patternProperties`` and ``propertyNames`` over the declared properties of a closed object,
+and ``enum`` / ``const`` values checked against the keywords beside them are enforced
+exactly. What is still not enforced (``if`` / ``then``, ``uniqueItems``, ``contains`` …, a
+relaxed count) is, for a ``strict`` schema, a ``SchemaError`` naming the keyword and its
+path (OpenAI's strict mode enforces a schema or refuses it); otherwise it is left out,
+recorded in ``SchemaSet.relaxed``, and the grammar accepts a superset of the schema.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
+
+import jsonschema
+
+from engine.schema_merge import CHECKED_FORMATS, FORMATS, UNSAT, disjoint, merge
+from engine.schema_numbers import decimal, integer_pattern, number_pattern
+from engine.schema_patterns import PatternError, json_string_pattern
 
 ANY_TYPES = ["string", "number", "integer", "boolean", "object", "array", "null"]
 TYPES = {*ANY_TYPES}
 ANNOTATIONS = {"title", "description", "default", "examples", "$comment", "deprecated",
                "readOnly", "writeOnly", "$schema", "$id", "$anchor", "discriminator",
-               "strict", "$defs", "definitions", "nullable"}
+               "strict", "$defs", "definitions", "nullable", "contentEncoding",
+               "contentMediaType", "contentSchema", "$vocabulary", "$dynamicAnchor"}
+NUMERIC = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf")
+# validation keywords enforced only where the shape allows it (_Localizer._special)
+SPECIAL = ("not", "if", "then", "else", "patternProperties", "dependentRequired",
+           "dependentSchemas", "dependencies", "uniqueItems", "minProperties",
+           "maxProperties", "propertyNames", "contains", "minContains", "maxContains",
+           "unevaluatedProperties", "unevaluatedItems", "$dynamicRef", "$recursiveRef",
+           "additionalItems")
+
 SCHEMA_MAPS = ("properties",)  # name -> schema
 COUNTS = ("minItems", "maxItems", "minLength", "maxLength")
 SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
 SCHEMA_VALUES = ("items", "additionalProperties")
+KEYWORDS = {*SCHEMA_MAPS, *COUNTS, *SCHEMA_LISTS, *SCHEMA_VALUES, *NUMERIC, *SPECIAL,
+            "type", "enum", "const", "required", "pattern", "format", "$ref"}
 # llama.cpp sees a count n as n nested rules: past this it is not enforced (relaxed)
 REPEAT_LIMIT = 1000
 ENUM_LIMIT = 1000  # past this, an enum is relaxed to the types of its values
@@ -70,11 +96,13 @@ class SchemaSet:
     relaxed: list[str] = field(default_factory=list)  # "where.keyword: what was relaxed"
     _count: int = 0
 
-    def add(self, schema: Any, where: str = "schema") -> Any:
+    def add(self, schema: Any, where: str = "schema", strict: bool = False) -> Any:
+        """``schema`` rewritten for the converter; with ``strict``, what the grammar would
+        not enforce exactly is a SchemaError instead of a relaxation."""
         scope = f"s{self._count}"
         self._count += 1
         try:
-            return _Localizer(schema, scope, self, where).walk(schema, where)
+            return _Localizer(schema, scope, self, where, strict).walk(schema, where)
         except RecursionError:
             raise SchemaError(f"{where}: the schema is nested too deeply") from None
 
@@ -88,11 +116,32 @@ class SchemaSet:
 
 
 class _Localizer:
-    def __init__(self, root: Any, scope: str, owner: SchemaSet, where: str) -> None:
-        self.root, self.scope, self.where = root, scope, where
+    def __init__(self, root: Any, scope: str, owner: SchemaSet, where: str,
+                 strict: bool = False) -> None:
+        self.root, self.scope, self.where, self.strict = root, scope, where, strict
         self.defs, self.relaxed = owner.defs, owner.relaxed
         self.keys: dict[str, str] = {}  # original ref -> key in defs
         self.nodes = 0
+
+    def loose(self, where: str, what: str) -> None:
+        """A keyword the grammar will not enforce: refused under strict, else recorded."""
+        if self.strict:
+            raise SchemaError(f"{where}: {what}, which strict mode cannot enforce exactly")
+        self.relaxed.append(f"{where}: {what}")
+
+    def target(self, ref: str) -> Any:
+        """A local ``$ref``'s target in the original schema (None: not local or dangling)."""
+        if not isinstance(ref, str) or not (ref in ("#", "#/") or ref.startswith("#/")):
+            return None
+        target = self.root
+        for part in [_unescape(p) for p in ref[2:].split("/")] if ref.startswith("#/") else []:
+            if isinstance(target, dict) and part in target:
+                target = target[part]
+            elif isinstance(target, list) and part.isdigit() and int(part) < len(target):
+                target = target[int(part)]
+            else:
+                return None
+        return target
 
     def ref_key(self, ref: Any, where: str) -> str:
         if not isinstance(ref, str):
@@ -127,12 +176,17 @@ class _Localizer:
                               "subschemas")
         if node is True or node == {}:
             return {"type": list(ANY_TYPES)}
-        if node is False:
-            raise SchemaError(f"{where}: the schema 'false' allows no value")
+        if node is False or node is UNSAT:
+            raise SchemaError(f"{where}: the schema allows no value")
         if not isinstance(node, dict):
             raise SchemaError(f"{where}: a schema must be an object or a boolean")
         if "$ref" in node:
+            beside = [k for k in node if k != "$ref" and k in KEYWORDS]
+            if beside:
+                self.loose(f"{where}.{beside[0]}", "a keyword beside '$ref'")
             return {"$ref": f"#/$defs/{self.ref_key(node['$ref'], where)}"}
+        node = self._combined(node, where)
+        node = self._special(node, where)
         out: dict[str, Any] = {}
         for key, value in node.items():
             if key in ANNOTATIONS or key.startswith("x-"):
@@ -157,20 +211,19 @@ class _Localizer:
                 elif key == "items" and isinstance(value, list):  # draft 4 tuples
                     out["prefixItems"] = [self.walk(v, f"{where}.items[{i}]")
                                           for i, v in enumerate(value)]
+                elif key == "items" and value is False:
+                    continue  # nothing after prefixItems: the converter writes none anyway
                 else:
                     out[key] = self.walk(value, f"{where}.{key}")
             elif key == "pattern":
                 if not isinstance(value, str):
                     raise SchemaError(f"{where}.pattern must be a string")
-                if value.startswith("^") and value.endswith("$"):
-                    out[key], relaxed = relax_pattern(value)
-                    self.relaxed.extend(f"{where}.pattern: {r}" for r in relaxed)
+                self._pattern(out, value, f"{where}.pattern")
             elif key == "enum":
                 if not isinstance(value, list) or not value:
                     raise SchemaError(f"{where}.enum must be a non-empty list")
                 if len(value) > ENUM_LIMIT:
-                    self.relaxed.append(f"{where}.enum: {len(value)} values, relaxed to "
-                                        "their types")
+                    self.loose(f"{where}.enum", f"{len(value)} values, relaxed to their types")
                     out["type"] = sorted({_json_type(v) for v in value})
                 else:
                     out[key] = value
@@ -191,19 +244,289 @@ class _Localizer:
                 if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                     raise SchemaError(f"{where}.{key} must be a whole number >= 0")
                 if value > REPEAT_LIMIT:
-                    self.relaxed.append(f"{where}.{key}: {value} relaxed (unbounded)")
+                    self.loose(f"{where}.{key}", f"{value} relaxed (unbounded)")
                 else:
                     out[key] = value
+            elif key in NUMERIC:
+                draft4 = isinstance(value, bool) and key.startswith("exclusive")
+                if not draft4 and (not isinstance(value, (int, float)) or
+                                   isinstance(value, bool) or not math.isfinite(value)):
+                    raise SchemaError(f"{where}.{key} must be a finite number")
+                out[key] = value
             elif key == "const":
                 out[key] = value
-            # anything else only narrows the schema or is not a keyword: left out
-        return self._types(node, out)
+            elif key in SPECIAL:  # not enforced (what is, _special rewrote)
+                self.loose(f"{where}.{key}", f"'{key}'")
+            # anything else is not a keyword: left out
+        for low, high in (("minLength", "maxLength"), ("minItems", "maxItems")):
+            if out.get(low, 0) > out.get(high, out.get(low, 0)):
+                raise SchemaError(f"{where}.{low}: above {high}: the schema allows no value")
+        out = self._values(node, out, where)
+        out = self._strings(out, where)
+        out = self._numbers(out, where)
+        return self._types(node, out, where)
 
-    @staticmethod
-    def _types(node: dict[str, Any], out: dict[str, Any]) -> dict[str, Any]:
+    def _combined(self, node: dict[str, Any], where: str) -> dict[str, Any]:
+        """``allOf`` merged into one schema, and the keywords beside an ``anyOf`` / ``oneOf``
+        merged into each branch, where that is exact (``engine.schema_merge``); a
+        ``oneOf`` whose branches cannot overlap read as ``anyOf``."""
+        for _ in range(16):  # a part may hold an allOf of its own: merged in turn
+            parts = node.get("allOf")
+            if not isinstance(parts, list) or not parts:
+                break
+            merged: Any = {k: v for k, v in node.items() if k != "allOf"}
+            for part in parts:
+                merged = merge(merged, part, self.target) if merged is not None else None
+            if merged is UNSAT:
+                raise SchemaError(f"{where}.allOf: no value can match every schema")
+            if merged is None:
+                self.loose(f"{where}.allOf", "schemas that cannot be merged into one")
+                break
+            node = merged
+        union = "anyOf" if "anyOf" in node else "oneOf" if "oneOf" in node else None
+        branches = node.get(union) if union else None
+        if union is None or not isinstance(branches, list) or not branches:
+            return node
+        beside = {k: v for k, v in node.items() if k != union and k in KEYWORDS}
+        if union == "oneOf" and "anyOf" in node:
+            self.loose(f"{where}.oneOf", "'oneOf' beside 'anyOf'")
+        if union == "oneOf" and not all(disjoint(x, y, self.target)
+                                        for i, x in enumerate(branches)
+                                        for y in branches[i + 1:]):
+            self.loose(f"{where}.oneOf", "branches a value could match more than once")
+        if not beside:
+            return node
+        spread = [merge(beside, b, self.target) for b in branches]
+        if any(x is None for x in spread):
+            self.loose(f"{where}.{union}", "keywords beside it that cannot be merged into "
+                       "its branches")
+            return node
+        kept = [x for x in spread if x is not UNSAT]
+        if not kept:
+            raise SchemaError(f"{where}.{union}: no branch can match the keywords beside it")
+        rest = {k: v for k, v in node.items() if k not in beside and k != union}
+        return {**rest, union: kept}
+
+    def _special(self, node: dict[str, Any], where: str) -> dict[str, Any]:
+        """The validation keywords of ``SPECIAL`` rewritten into what the converter reads,
+        where the shape allows it exactly; those left stay for ``walk`` to report."""
+        node = dict(node)
+        raw_props = node.get("properties")
+        props: dict[str, Any] = raw_props if isinstance(raw_props, dict) else {}
+        closed = "properties" in node and node.get("additionalProperties") in (None, False)
+        if node.get("uniqueItems") is False or (node.get("uniqueItems") is True and \
+                isinstance(node.get("maxItems"), int) and node["maxItems"] <= 1):
+            node.pop("uniqueItems")
+        required: list[Any] = node["required"] if isinstance(node.get("required"), list) \
+            else []
+        missing = [n for n in required if isinstance(n, str) and n not in props]
+        if props and missing:  # the converter writes only declared properties
+            extra = node.get("additionalProperties")
+            if extra is False:
+                raise SchemaError(f"{where}.required: {missing[0]!r} is required but not "
+                                  "allowed (additionalProperties is false)")
+            props = {**props, **{n: extra if isinstance(extra, dict) else True
+                                 for n in missing}}
+            node["properties"] = props
+        low, high = node.get("minProperties"), node.get("maxProperties")
+        optional = [n for n in props if n not in required]
+        if isinstance(low, int) and not isinstance(low, bool) and (
+                len(set(required)) >= low or (closed and len(props) >= low)):
+            # a closed object: its first optional properties made required (a subset)
+            required = [*required, *optional[:max(low - len(set(required)), 0)]]
+            node["required"] = required
+            node.pop("minProperties")
+        if isinstance(high, int) and not isinstance(high, bool) and closed and \
+                len(set(required)) <= high:
+            # the optional properties past the count left out (a subset)
+            room = high - len(set(required))
+            keep = set(required) | set([n for n in props if n not in required][:room])
+            node["properties"] = props = {n: v for n, v in props.items() if n in keep}
+            node.pop("maxProperties")
+        deps = node.get("dependentRequired", node.get("dependencies"))
+        if isinstance(deps, dict) and props and all(
+                isinstance(v, list) and set(v) <= set(props) for v in deps.values()):
+            # every dependent made required: a subset of what the schema allows
+            node["required"] = list(dict.fromkeys(
+                [*required, *(n for v in deps.values() for n in v)]))
+            node.pop("dependentRequired", None)
+            node.pop("dependencies", None)
+        if closed and props:
+            node = self._names(node, props, where)
+        negated = node.get("not")
+        if isinstance(negated, dict) and set(negated) == {"type"}:
+            out_types = negated["type"] if isinstance(negated["type"], list) \
+                else [negated["type"]]
+            have = node.get("type", list(ANY_TYPES))
+            have = have if isinstance(have, list) else [have]
+            kept = [t for t in have if t not in out_types and
+                    not (t == "integer" and "number" in out_types)]
+            # a number that is not an integer cannot be written as types
+            if not ("number" in kept and "integer" in out_types):
+                if not kept:
+                    raise SchemaError(f"{where}.not: no type is left")
+                node["type"] = kept
+                node.pop("not")
+        return node
+
+    def _names(self, node: dict[str, Any], props: dict[str, Any], where: str
+               ) -> dict[str, Any]:
+        """``patternProperties`` and ``propertyNames`` of a closed object: only its
+        declared properties can appear, so each is checked here (a name that a pattern
+        matches must also match that pattern's schema; a name ``propertyNames`` refuses
+        is left out)."""
+        patterns = node.get("patternProperties")
+        if isinstance(patterns, dict):
+            props = dict(props)
+            for pattern, schema in patterns.items():
+                try:
+                    matcher = re.compile(pattern)
+                except (re.error, TypeError):
+                    return node
+                for name in props:
+                    if matcher.search(name):
+                        props[name] = {"allOf": [props[name], schema]}
+            node = {**node, "properties": props}
+            node.pop("patternProperties")
+        names = node.get("propertyNames")
+        if isinstance(names, (dict, bool)):
+            try:
+                check = jsonschema.Draft202012Validator(names)
+                bad = {n for n in props if not check.is_valid(n)}
+            except jsonschema.SchemaError:
+                return node
+            if bad & set(node.get("required") or []):
+                raise SchemaError(f"{where}.propertyNames: refuses a required property")
+            node = {**node, "properties": {n: s for n, s in node["properties"].items()
+                                           if n not in bad}}
+            node.pop("propertyNames")
+        return node
+
+    def _pattern(self, out: dict[str, Any], pattern: str, where: str) -> None:
+        try:
+            anchored = json_string_pattern(pattern)
+        except PatternError as exc:
+            self.loose(where, f"pattern {pattern!r}: {exc}")
+            return
+        out["pattern"], relaxed = relax_pattern(anchored)
+        for r in relaxed:
+            self.loose(where, r)
+
+    def _values(self, node: dict[str, Any], out: dict[str, Any], where: str
+                ) -> dict[str, Any]:
+        """``enum`` / ``const`` beside other keywords: the listed values that the whole
+        schema allows (the converter writes the values alone)."""
+        listed = [out["const"]] if "const" in out else out.get("enum")
+        rest = {k: v for k, v in node.items() if k in KEYWORDS and k not in ("enum", "const")}
+        if listed is None or not rest:
+            return out
+        context = {k: self.root[k] for k in ("$schema", "$defs", "definitions")
+                   if isinstance(self.root, dict) and k in self.root}
+        try:
+            cls = jsonschema.validators.validator_for(context, jsonschema.Draft202012Validator)
+            check = cls({**context, **rest}, format_checker=cls.FORMAT_CHECKER)
+            kept = [v for v in listed if check.is_valid(v)]
+        except Exception:
+            return out
+        if not kept:
+            raise SchemaError(f"{where}: no listed value matches the schema")
+        values = {k: v for k, v in out.items() if k not in ("enum", "const")
+                  and k not in NUMERIC and k not in COUNTS and k not in ("pattern", "format")}
+        return {**values, "enum": kept} if len(kept) > 1 or "enum" in out else \
+            {**values, "const": kept[0]}
+
+    def _strings(self, out: dict[str, Any], where: str) -> dict[str, Any]:
+        """``format`` as a pattern; the keywords the converter reads one at a time
+        (a pattern, a format, a length) checked to come alone."""
+        fmt = out.get("format")
+        if isinstance(fmt, str) and "enum" not in out and "const" not in out:
+            if fmt in FORMATS:
+                if "pattern" in out:
+                    self.loose(f"{where}.format", f"format {fmt!r} beside a pattern")
+                else:
+                    out = {**out, "pattern": FORMATS[fmt]}
+            elif fmt in CHECKED_FORMATS:
+                self.loose(f"{where}.format", f"format {fmt!r}")
+        out.pop("format", None)
+        if "pattern" in out and ("minLength" in out or "maxLength" in out) and \
+                _type_may_be(out, "string"):
+            self.loose(f"{where}.pattern", "a length beside a pattern")
+            out = {k: v for k, v in out.items() if k not in ("minLength", "maxLength")}
+        return out
+
+    def _numbers(self, out: dict[str, Any], where: str) -> dict[str, Any]:
+        """Numeric bounds checked to be writable (``engine.grammar``'s converter writes
+        them from ``engine.schema_numbers``); ``multipleOf`` of a power of ten as decimal
+        places, of a whole number within small bounds as the listed multiples."""
+        if not any(k in out for k in NUMERIC) or "enum" in out or "const" in out:
+            return {k: v for k, v in out.items() if k not in NUMERIC} \
+                if "enum" in out or "const" in out else out
+        step = out.get("multipleOf")
+        if step is not None:
+            out = self._multiple(out, step, where)
+            if "enum" in out:
+                return out
+        kind_or_kinds = out.get("type")
+        kinds = kind_or_kinds if isinstance(kind_or_kinds, list) else [kind_or_kinds]
+        try:
+            for kind in kinds:
+                number_bounds({**out, "type": kind})
+        except ValueError as exc:
+            self.loose(f"{where}.minimum", f"numeric bounds: {exc}")
+            return {k: v for k, v in out.items() if k not in NUMERIC and k != "$places"}
+        return out
+
+    def _multiple(self, out: dict[str, Any], step: Any, where: str) -> dict[str, Any]:
+        """``multipleOf``: a power of ten as decimal places (1: an integer), a whole
+        number within bounds of at most ``ENUM_LIMIT`` multiples as those multiples."""
+        if not isinstance(step, (int, float)) or isinstance(step, bool) or step <= 0:
+            raise SchemaError(f"{where}.multipleOf must be a number > 0")
+        rest = {k: v for k, v in out.items() if k != "multipleOf"}
+        d = decimal(step).normalize()
+        _, digits, exponent = d.as_tuple()
+        integer = out.get("type") == "integer"
+        if digits == (1,) and isinstance(exponent, int) and exponent <= 0:
+            if exponent == 0 and out.get("type") == "number":
+                return {**rest, "type": "integer"}
+            return rest if integer or exponent == 0 else {**rest, "$places": -exponent}
+        if d == d.to_integral_value() and out.get("type") in ("integer", "number"):
+            lo, hi = _int_bounds(out)
+            k = int(d)
+            if lo is not None and hi is not None and (hi - lo) // k <= ENUM_LIMIT:
+                values = list(range(-(-lo // k) * k, hi + 1, k))
+                if not values:
+                    raise SchemaError(f"{where}.multipleOf: no multiple within the bounds")
+                return {**{x: v for x, v in rest.items() if x not in NUMERIC},
+                        "enum": values}
+        self.loose(f"{where}.multipleOf", f"multipleOf {step}")
+        return rest
+
+    def _types(self, node: dict[str, Any], out: dict[str, Any], where: str) -> dict[str, Any]:
         if "allOf" in out and len(out["allOf"]) == 1:
             only = out.pop("allOf")[0]
             out = {**out, **only}
+        elif "allOf" in out:  # not merged (and reported): the converter's object merge
+            pass
+        if "required" in out and "properties" not in out and out.get("type") in (
+                None, "object") and not set(out) & {"anyOf", "oneOf", "allOf"} and \
+                out.get("additionalProperties") is not False:
+            # the converter's plain object ignores 'required': the names as properties
+            # (strict: only those, so no other key can repeat one of them)
+            extra = out.get("additionalProperties", True)
+            value = extra if isinstance(extra, dict) else {"type": list(ANY_TYPES)}
+            out = {**out, "type": "object",
+                   "properties": {n: value for n in out["required"]},
+                   "additionalProperties": False if self.strict else extra}
+        if out.get("type") == "array" and "items" not in out and "prefixItems" not in out \
+                and ("minItems" in out or "maxItems" in out):
+            out = {**out, "items": {"type": list(ANY_TYPES)}}
+        if "prefixItems" in out:
+            # the converter writes the tuple alone (it reads 'items' first): the items
+            # after it left out, a subset
+            out.pop("items", None)
+            n = len(out["prefixItems"])
+            if out.get("minItems", 0) > n or out.get("maxItems", n) < n:
+                self.loose(f"{where}.prefixItems", "item counts beside a tuple")
         types = out.get("type")
         if node.get("nullable") is True and types is not None:
             types = [*(types if isinstance(types, list) else [types]), "null"]
@@ -213,9 +536,74 @@ class _Localizer:
             if len(unique) == 1:
                 return {**rest, "type": unique[0]}
             if rest and not set(rest) & {"anyOf", "oneOf"}:
-                return {"anyOf": [{**rest, "type": t} for t in unique]}
+                return {"anyOf": [{**_for_type(rest, t), "type": t} for t in unique]}
             out = {**out, "type": unique}
         return out or {"type": list(ANY_TYPES)}
+
+
+_BY_TYPE = {"string": {"pattern", "minLength", "maxLength", "format"},
+            "array": {"items", "prefixItems", "minItems", "maxItems"},
+            "object": {"properties", "required", "additionalProperties"},
+            "integer": {*NUMERIC, "$places"}, "number": {*NUMERIC, "$places"}}
+
+
+def _for_type(rest: dict[str, Any], t: str) -> dict[str, Any]:
+    """The keywords of ``rest`` that apply to values of type ``t`` (a type list spread
+    into one branch per type: a string's pattern is nothing to an integer)."""
+    other = set().union(*(v for k, v in _BY_TYPE.items() if k != t)) - _BY_TYPE.get(t, set())
+    return {k: v for k, v in rest.items() if k not in other}
+
+
+def _type_may_be(out: dict[str, Any], t: str) -> bool:
+    types = out.get("type")
+    return types is None or t == types or (isinstance(types, list) and t in types)
+
+
+def _int_bounds(schema: dict[str, Any]) -> tuple[int | None, int | None]:
+    """The whole numbers a schema's bounds admit, as (lowest, highest); None: unbounded."""
+    def num(key: str) -> float | None:
+        v = schema.get(key)
+        return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+    lows, highs = [], []
+    if (lo := num("minimum")) is not None:
+        strict = schema.get("exclusiveMinimum") is True  # draft 4
+        lows.append(math.floor(lo) + 1 if strict and lo == math.floor(lo) else math.ceil(lo))
+    if (hi := num("maximum")) is not None:
+        strict = schema.get("exclusiveMaximum") is True
+        highs.append(math.ceil(hi) - 1 if strict and hi == math.ceil(hi) else math.floor(hi))
+    if (xlo := num("exclusiveMinimum")) is not None:
+        lows.append(math.floor(xlo) + 1)
+    if (xhi := num("exclusiveMaximum")) is not None:
+        highs.append(math.ceil(xhi) - 1)
+    return (max(lows) if lows else None), (min(highs) if highs else None)
+
+
+def number_bounds(schema: dict[str, Any]) -> str | None:
+    """The anchored pattern of a bounded ``integer`` / ``number`` schema (None: no bounds
+    or another type); a ValueError when the bounds admit nothing or cannot be written."""
+    kind = schema.get("type")
+    bounded = any(k in schema for k in ("minimum", "maximum", "exclusiveMinimum",
+                                        "exclusiveMaximum")) or schema.get("$places")
+    if kind not in ("integer", "number") or not bounded:
+        return None
+    if kind == "integer":
+        lo_i, hi_i = _int_bounds(schema)
+        return integer_pattern(lo_i, hi_i)
+    lo_v, hi_v = schema.get("minimum"), schema.get("maximum")
+    xlo, xhi = schema.get("exclusiveMinimum"), schema.get("exclusiveMaximum")
+    lo = decimal(lo_v) if lo_v is not None else None
+    hi = decimal(hi_v) if hi_v is not None else None
+    lo_strict = hi_strict = False
+    if isinstance(xlo, bool):
+        lo_strict = xlo
+    elif xlo is not None and (lo is None or decimal(xlo) >= lo):
+        lo, lo_strict = decimal(xlo), True
+    if isinstance(xhi, bool):
+        hi_strict = xhi
+    elif xhi is not None and (hi is None or decimal(xhi) <= hi):
+        hi, hi_strict = decimal(xhi), True
+    return number_pattern(lo, lo_strict, hi, hi_strict, schema.get("$places"))
 
 
 def _json_type(value: Any) -> str:

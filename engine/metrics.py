@@ -107,6 +107,11 @@ class EngineMetrics:
             "llamaserve_slow_client_cancels",
             "Sequences cancelled because their client stopped reading and the output held "
             "for it reached server.max_buffered_steps.", registry=r)
+        self.schema_mismatches = Counter(
+            "llamaserve_schema_mismatches",
+            "Answers that ended normally but broke their JSON schema (a response format's "
+            "or a tool's parameters), by kind (format, tool) and strict (true, false).",
+            ["kind", "strict"], registry=r)
         self.disk_evictions = Counter(
             "llamaserve_disk_cache_evictions", "Entries deleted to stay under max_bytes.",
             registry=r)

@@ -179,7 +179,10 @@ class MessageStream:
             pass
         return self._record(out)
 
-    def finish(self) -> MessageDelta:
+    def finish(self, reason: str | None = None) -> MessageDelta:
+        """The rest of the answer; ``reason`` (the engine's finish reason) is for
+        subclasses that check the whole answer (``api/chat/answer_check.py``)."""
+        del reason
         if self.harmony is not None:
             return self._record(self.harmony.finish())
         out = MessageDelta()

@@ -219,7 +219,7 @@ def test_anthropic_thinking_budget_and_tool_choice_any(server: tuple[str, Server
     ("/v1/chat/completions", {"tools": TOOLS, "tool_choice": {
         "type": "function", "function": {"name": "no_such_tool"}}}, "tool_choice"),
     ("/v1/chat/completions", {"response_format": {"type": "json_schema", "json_schema": {
-        "name": "a", "schema": {"type": "string", "pattern": "^(?=a)b$"}}}},
+        "name": "a", "strict": True, "schema": {"type": "string", "pattern": "^(?=a)b$"}}}},
      "response_format"),
     ("/v1/chat/completions", {"tools": [{"type": "function", "function": {
         "name": "f", "description": "F.", "strict": True, "parameters": {

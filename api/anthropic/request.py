@@ -199,6 +199,8 @@ def _tools(raw: Any, loaded: set[str]) -> list[dict[str, Any]]:
         if isinstance(tool.get("description"), str):
             fn["description"] = tool["description"]
         fn["parameters"] = schema
+        if tool.get("strict") is True:  # structured tool inputs: enforced or refused
+            fn["strict"] = True
         tools.append({"type": "function", "function": fn})
     return tools
 
@@ -288,8 +290,9 @@ def parse_messages_request(body: Body, *, count_only: bool = False) -> MessagesR
         if not isinstance(fmt.get("schema"), dict):
             raise invalid("output_config.format.schema", "a json_schema format needs a "
                           "'schema' object")
+        # Anthropic's structured outputs are a guarantee: enforced exactly or refused
         chat["response_format"] = {"type": "json_schema", "json_schema": {
-            "name": "output", "schema": fmt["schema"]}}
+            "name": "output", "schema": fmt["schema"], "strict": True}}
     extra: dict[str, Any] = {}
     thinking = data.get("thinking")
     if isinstance(thinking, dict) and thinking.get("type") in ("enabled", "disabled",

@@ -25,6 +25,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from api.anthropic.request import MessagesRequest, parse_messages_request
+from api.chat.answer_check import CheckedStream
 from api.chat.messages import parse_messages, render
 from api.chat.prepare import prepare
 from api.chat.tools import parse_rules
@@ -34,7 +35,7 @@ from api.web.params import Body, read_json, sampling
 from api.web.state import ModelState, ServerState
 from api.web.streaming import BeatingResponse, ChoiceResult, collect, unless_disconnected
 from parsers import json_text
-from parsers.message_stream import MessageDelta, MessageStream, ToolCall
+from parsers.message_stream import MessageDelta, ToolCall
 
 PING = b'event: ping\ndata: {"type": "ping"}\n\n'
 
@@ -159,8 +160,9 @@ async def create_message(request: Request) -> Response:
     msg_id = "msg_" + secrets.token_hex(12)
     head = {"id": msg_id, "type": "message", "role": "assistant", "model": state.model_name}
 
-    def parser() -> MessageStream:
-        return MessageStream(state.layout, in_reasoning=prep.in_reasoning, tools=rules.tools)
+    def parser() -> CheckedStream:
+        return CheckedStream(state.layout, rules, state.model.note_schema_mismatch,
+                             in_reasoning=prep.in_reasoning, tools=rules.tools)
 
     if req.stream:
         async def events() -> AsyncIterator[bytes]:
@@ -175,7 +177,7 @@ async def create_message(request: Request) -> Response:
                     stop = d.stop_sequence or stop
                     new = p.feed(d.text) if d.text else MessageDelta()
                     if d.finish_reason is not None:
-                        new.extend(p.finish())
+                        new.extend(p.finish(d.finish_reason))
                     for chunk in blocks.add(new):
                         yield chunk
             except APIError as exc:
@@ -199,7 +201,7 @@ async def create_message(request: Request) -> Response:
     (res,) = await unless_disconnected(request, gen, collect(gen))
     p = parser()
     p.feed(res.text)
-    p.finish()
+    p.finish(res.finish_reason)
     m = p.message
     content: list[dict[str, Any]] = []
     if m.reasoning:

@@ -189,14 +189,22 @@ async def prepare_tokens(state: ModelState, tokens: list[int], rules: OutputRule
                          params: SamplingParams, *, format_param: str) -> Prepared:
     """A prompt that was tokenized without the chat template (a raw prompt, a FIM prompt):
     only its grammar, built and checked as ``prepare`` does; the output is plain text."""
+    return Prepared(tokens, await constrained(state, rules, params, format_param), False)
+
+
+async def constrained(state: ModelState, rules: OutputRules, params: SamplingParams,
+                      format_param: str) -> SamplingParams:
+    """``params`` with the grammar of rules that offer no tools (a ``grammar``, a JSON
+    schema), built and checked on the prepare pool; problems are 400s."""
     try:
-        params = await state.client.run(with_grammar, state.model, rules, StreamLayout(),
-                                        False, params)
+        return await state.client.run(with_grammar, state.model, rules, StreamLayout(),
+                                      False, params)
     except (GrammarError, ValueError) as exc:
         raise _grammar_error(exc, rules, format_param) from None
-    return Prepared(tokens, params, False)
 
 
 def _grammar_error(exc: Exception, rules: OutputRules, format_param: str) -> APIError:
+    if rules.grammar is not None:
+        return invalid("grammar", f"llama.cpp cannot use this grammar: {exc}")
     tools = getattr(exc, "tools", False) or not rules.json_mode
     return invalid("tools" if tools else format_param, str(exc))

@@ -14,7 +14,9 @@ from api.web.errors import invalid
 from api.web.params import Body
 from engine.grammar import (
     Grammar,
+    GrammarError,
     bare_call_grammar,
+    bounded,
     harmony_grammar,
     json_grammar,
     tool_call_grammar,
@@ -33,6 +35,8 @@ class OutputRules:
     json_schema: dict[str, Any] | None = None  # response_format json_object / json_schema
     json_mode: bool = False
     reasoning_budget: int | None = None  # thinking tokens allowed (None: the config's)
+    strict: bool = False  # json_schema's "strict": the schema enforced exactly or refused
+    grammar: str | None = None  # llama-server's "grammar": the request's own GBNF
 
     @property
     def constrained(self) -> bool:
@@ -75,7 +79,7 @@ def parse_rules(body: Body) -> OutputRules:
         raise invalid("tool_choice", f"tool_choice {choice_raw!r} needs 'tools'")
     parallel = body.boolean("parallel_tool_calls", True)
     fmt = body.obj("response_format")
-    schema, json_mode = None, False
+    schema, json_mode, strict = None, False, False
     kind = (fmt or {}).get("type", "text")
     if kind == "json_object":
         json_mode = True
@@ -84,13 +88,39 @@ def parse_rules(body: Body) -> OutputRules:
         if not isinstance(spec, dict) or not isinstance(spec.get("schema", {}), dict):
             raise invalid("response_format", "json_schema needs {\"name\": ..., \"schema\": {...}}")
         schema, json_mode = spec.get("schema") or {"type": "object"}, True
+        strict = spec.get("strict") is True
     elif kind != "text":
         raise invalid("response_format", "'response_format.type' must be 'text', "
                       "'json_object' or 'json_schema'")
     if choice == "none":
         tools = []
     return OutputRules(tools, choice, function, parallel, schema, json_mode,
-                       reasoning_budget(body))
+                       reasoning_budget(body), strict, request_grammar(body))
+
+
+def completion_rules(body: Body) -> OutputRules | None:
+    """A raw completion's constraint, as llama-server takes it: ``grammar`` (GBNF) or
+    ``json_schema`` (a schema); None when it has neither."""
+    grammar, schema = request_grammar(body), body.obj("json_schema")
+    if grammar is None and schema is None:
+        return None
+    return OutputRules([], "none", json_schema=schema, json_mode=schema is not None,
+                       grammar=grammar)
+
+
+def request_grammar(body: Body) -> str | None:
+    """llama-server's ``grammar`` field: GBNF text that constrains the whole output in
+    place of the server's own grammar (llama.cpp parses it in the grammar checker's child
+    process before the engine sees it; here only its size and nesting are bounded)."""
+    raw = body.data.get("grammar")
+    if raw is None or raw == "":
+        return None
+    if not isinstance(raw, str):
+        raise invalid("grammar", "'grammar' must be GBNF text")
+    try:
+        return bounded(raw)
+    except GrammarError as exc:
+        raise invalid("grammar", str(exc).replace("for this schema ", "")) from None
 
 
 BUDGET_FIELDS = ("thinking_budget_tokens", "reasoning_budget_tokens")  # llama-server's names
@@ -116,8 +146,9 @@ def build_grammar(rules: OutputRules, layout: StreamLayout, in_reasoning: bool
     """The grammar for these rules (None: unconstrained). Runs on the prepare pool; the
     same rules under the same markers give the same grammar, so it is built once (a
     schema that cannot be built raises every time, and is not kept)."""
-    text = json.dumps([rules.tools, rules.choice, rules.function, rules.parallel,
-                       rules.json_schema, rules.json_mode, layout.call_start, layout.call_end,
+    text = json.dumps([rules.grammar, rules.tools, rules.choice, rules.function, rules.parallel,
+                       rules.json_schema, rules.json_mode, rules.strict, layout.call_start,
+                       layout.call_end,
                        _json_calls(layout), layout.reasoning_end if in_reasoning else None,
                        layout.family],
                       sort_keys=True)
@@ -135,6 +166,8 @@ def build_grammar(rules: OutputRules, layout: StreamLayout, in_reasoning: bool
 
 
 def _build(rules: OutputRules, layout: StreamLayout, in_reasoning: bool) -> Grammar | None:
+    if rules.grammar is not None:
+        return Grammar(rules.grammar)
     forced = rules.choice in ("required", "function")
     if layout.family == "harmony":
         return _harmony(rules, layout, in_reasoning)
@@ -152,7 +185,9 @@ def _build(rules: OutputRules, layout: StreamLayout, in_reasoning: bool) -> Gram
                 build = gemma4_call_grammar
             # a forced call follows the reasoning when the prompt opened a reasoning block
             after = layout.reasoning_end if forced and in_reasoning else None
-            return build(tools, layout.call_start, layout.call_end, parallel=rules.parallel,
+            # a named function is one call (OpenAI: "forces the model to call that function")
+            parallel = rules.parallel and rules.choice != "function"
+            return build(tools, layout.call_start, layout.call_end, parallel=parallel,
                          lazy=not forced, after=after)
         if forced and not layout.call_start:
             # no call markup in this family: a bare {"name", "arguments"} object, which the
@@ -160,7 +195,7 @@ def _build(rules: OutputRules, layout: StreamLayout, in_reasoning: bool) -> Gram
             return bare_call_grammar(tools)
     if rules.json_mode:
         after = layout.reasoning_end if in_reasoning else None
-        return json_grammar(rules.json_schema, after=after)
+        return json_grammar(rules.json_schema, after=after, strict=rules.strict)
     return None
 
 
@@ -174,7 +209,8 @@ def _harmony(rules: OutputRules, layout: StreamLayout, in_reasoning: bool) -> Gr
         return None
     return harmony_grammar(tools, forced=rules.choice in ("required", "function"),
                            schema=rules.json_schema, json_mode=rules.json_mode,
-                           after=layout.reasoning_end if in_reasoning else None)
+                           after=layout.reasoning_end if in_reasoning else None,
+                           strict=rules.strict)
 
 
 def _json_calls(layout: StreamLayout) -> bool:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import Response
 
+from api.chat.answer_check import CheckedStream
 from api.chat.messages import parse_messages
 from api.chat.prepare import prepare
 from api.chat.tools import parse_rules
@@ -24,7 +25,6 @@ from api.ollama.options import (
 from api.ollama.reply import ChatShape, loaded, respond
 from api.ollama.request import chat_messages, incoming
 from api.web.params import Body
-from parsers.message_stream import MessageStream
 
 
 async def chat(request: Request) -> Response:
@@ -50,6 +50,7 @@ async def chat(request: Request) -> Response:
                                 adapters=state.adapters(Body({"model": call.resolved.matched})),
                                 message_ends=prep.message_ends)
     timings.submit()
-    parser = MessageStream(state.layout, in_reasoning=prep.in_reasoning, tools=rules.tools)
+    parser = CheckedStream(state.layout, rules, state.model.note_schema_mismatch,
+                           in_reasoning=prep.in_reasoning, tools=rules.tools)
     return await respond(request, state, gen, parser, ChatShape(name), stream=call.stream,
                          timings=timings)

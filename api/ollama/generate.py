@@ -19,6 +19,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
+from api.chat.answer_check import CheckedStream
 from api.chat.messages import parse_messages
 from api.chat.prepare import Prepared, prepare, prepare_tokens
 from api.chat.tools import parse_rules
@@ -34,7 +35,6 @@ from api.openai.infill import InfillInput, fim_prompt, fim_tokens_or_400
 from api.web.errors import invalid
 from api.web.params import Body
 from api.web.state import ModelState
-from parsers.message_stream import MessageStream
 
 
 def _context(raw: Any, n_vocab: int) -> list[int]:
@@ -94,7 +94,8 @@ async def generate(request: Request) -> Response:
         if context and prep.media:
             raise invalid("context", "'context' cannot be combined with images")
         prep = _after(prep, context, state)
-        parser = MessageStream(state.layout, in_reasoning=prep.in_reasoning)
+        parser = CheckedStream(state.layout, rules, state.model.note_schema_mismatch,
+                               in_reasoning=prep.in_reasoning)
         shape = GenerateShape(name, None if prep.media else prep.prompt)
     gen = state.client.generate([prep.prompt], prep.params, 1, param="prompt",
                                 media=prep.media, whole=not call.stream,

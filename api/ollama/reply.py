@@ -32,7 +32,7 @@ class Parser(Protocol):
 
     def feed(self, text: str) -> MessageDelta: ...
 
-    def finish(self) -> MessageDelta: ...
+    def finish(self, reason: str | None = None) -> MessageDelta: ...
 
 
 @dataclass
@@ -45,7 +45,7 @@ class PlainText:
         self.message.content += text
         return MessageDelta(content=text)
 
-    def finish(self) -> MessageDelta:
+    def finish(self, reason: str | None = None) -> MessageDelta:
         return MessageDelta()
 
 
@@ -175,7 +175,7 @@ async def respond(request: Request, state: ModelState, gen: Generation, parser: 
                     res.add(d)
                     new = parser.feed(d.text) if d.text else MessageDelta()
                     if d.finish_reason is not None:
-                        new.extend(parser.finish())
+                        new.extend(parser.finish(d.finish_reason))
                     piece = shape.piece(new)
                     if piece is not None:
                         yield line(piece)
@@ -193,7 +193,7 @@ async def respond(request: Request, state: ModelState, gen: Generation, parser: 
 
     res = await unless_disconnected(request, gen, _gather(gen, timings))
     parser.feed(res.text)
-    parser.finish()
+    parser.finish(res.finish_reason)
     note_usage(request.scope, state.model_name, res.prompt_tokens, res.completion_tokens)
     return JSONResponse(shape.whole(parser.message, _done(res, timings), res))
 

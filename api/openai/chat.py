@@ -9,6 +9,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from api.chat.answer_check import CheckedStream
 from api.chat.messages import parse_messages
 from api.chat.prepare import prepare
 from api.chat.tools import parse_rules
@@ -29,7 +30,7 @@ from api.web.streaming import (
 )
 from engine.handle import ModelHandle
 from engine.request import TokenLogprob
-from parsers.message_stream import MessageDelta, MessageStream, ToolCall
+from parsers.message_stream import MessageDelta, ToolCall
 
 
 def _logprobs_json(model: ModelHandle, entries: list[TokenLogprob]) -> dict[str, Any]:
@@ -100,8 +101,9 @@ async def create_chat_completion(request: Request) -> Response:
     base = {"id": cid, "object": "chat.completion.chunk", "created": created,
             "model": state.model_name}
 
-    def parser() -> MessageStream:
-        return MessageStream(state.layout, in_reasoning=prep.in_reasoning, tools=rules.tools)
+    def parser() -> CheckedStream:
+        return CheckedStream(state.layout, rules, state.model.note_schema_mismatch,
+                             in_reasoning=prep.in_reasoning, tools=rules.tools)
 
     if stream:
         async def chunks() -> AsyncIterator[bytes]:
@@ -138,7 +140,7 @@ async def create_chat_completion(request: Request) -> Response:
                     p = parsers[d.index]
                     new = p.feed(d.text) if d.text else MessageDelta()
                     if d.finish_reason is not None:
-                        new.extend(p.finish())
+                        new.extend(p.finish(d.finish_reason))
                     lp = _logprobs_json(state.model, d.logprobs) \
                         if want_logprobs and d.logprobs else None
                     if new.reasoning:
@@ -175,7 +177,7 @@ async def create_chat_completion(request: Request) -> Response:
     for res in results:
         p = parser()
         p.feed(res.text)
-        p.finish()
+        p.finish(res.finish_reason)
         choices.append({
             "index": res.index,
             "message": _message(p.message, field),

@@ -9,6 +9,8 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from api.chat.prepare import constrained
+from api.chat.tools import completion_rules
 from api.openai.infill import InfillInput, fim_prompt, fim_tokens_or_400
 from api.web.errors import APIError, invalid
 from api.web.params import Body, read_json, sampling
@@ -107,6 +109,9 @@ async def create_completion(request: Request) -> Response:
     params = sampling(body, n_vocab=state.model.n_vocab,
                       defaults=state.model_config.sampling, logprobs=logprobs,
                       prompt_logprobs=echo and logprobs is not None)
+    rules = completion_rules(body)
+    if rules is not None:
+        params = await constrained(state, rules, params, "json_schema")
     prompts = _prompts(body, state.model.n_vocab)
     if suffix is not None:  # insertion: the prompt is the text before, suffix after
         if echo or any(not isinstance(p, str) for p in prompts):

@@ -10,6 +10,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from api.chat.answer_check import CheckedStream
 from api.chat.messages import parse_messages
 from api.chat.prepare import prepare
 from api.chat.tools import parse_rules
@@ -22,7 +23,7 @@ from api.web.params import Body, read_json, sampling
 from api.web.session import noted_session, response_id
 from api.web.state import ModelState, ServerState
 from api.web.streaming import BeatingResponse
-from parsers.message_stream import MessageDelta, MessageStream
+from parsers.message_stream import MessageDelta
 
 
 class ResponseRun:
@@ -75,7 +76,8 @@ class ResponseRun:
                                                media=prep.media, adapters=state.adapters(body),
                                                whole=self.whole,
                                                message_ends=prep.message_ends)
-        parser = MessageStream(state.layout, in_reasoning=prep.in_reasoning, tools=rules.tools)
+        parser = CheckedStream(state.layout, rules, state.model.note_schema_mismatch,
+                               in_reasoning=prep.in_reasoning, tools=rules.tools)
         for event in self.builder.start():
             yield event
         prompt_tokens = cached = completion = 0
@@ -96,7 +98,7 @@ class ResponseRun:
                 new = parser.feed(d.text) if d.text else MessageDelta()
                 if d.finish_reason is not None:
                     finish = d.finish_reason
-                    new.extend(parser.finish())
+                    new.extend(parser.finish(d.finish_reason))
                 for event in self.builder.add(new):
                     yield event
         finally:

@@ -1,0 +1,192 @@
+"""Exact rewrites of JSON Schema keywords the grammar converter reads loosely.
+
+Pure Python, used by ``engine.json_schema`` before conversion:
+
+- ``merge``: two schemas that must both hold (``allOf``, or an ``anyOf`` branch with the
+  keywords beside it) as one, where that can be written exactly; ``None`` where it cannot
+  (two different patterns, two unions), ``UNSAT`` where nothing can satisfy both;
+- ``disjoint``: whether no value can match two ``oneOf`` branches (then ``anyOf`` means the
+  same);
+- ``FORMATS``: ``format`` s as patterns a JSON string can hold as written, each a subset of
+  what a validator accepts (a date's day within its month, February to the 28th).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+UNSAT: dict[str, Any] = {"$unsatisfiable": True}  # marker: no value matches
+
+_IP4 = "(25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])"
+_LABEL = "[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?"
+_DATE = ("[1-9][0-9]{3}-((0[13578]|1[02])-(0[1-9]|[12][0-9]|3[01])|(0[469]|11)-"
+         "(0[1-9]|[12][0-9]|30)|02-(0[1-9]|1[0-9]|2[0-8]))")
+_TIME = ("([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]([.][0-9]{1,6})?"
+         "(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])")
+FORMATS = {
+    "date": f"^{_DATE}$",
+    "time": f"^{_TIME}$",
+    "date-time": f"^{_DATE}T{_TIME}$",
+    "uuid": "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$",
+    "email": "^[a-zA-Z0-9._%+-]{1,64}@[a-z0-9-]{1,63}([.][a-z0-9-]{1,63})*[.][a-z]{2,6}$",
+    "hostname": f"^{_LABEL}([.]{_LABEL})*$",
+    "ipv4": f"^{_IP4}([.]{_IP4}){{3}}$",
+    "ipv6": "^[0-9a-f]{1,4}(:[0-9a-f]{1,4}){7}$",
+    "uri": "^https?://[a-z0-9-]{1,63}([.][a-z0-9-]{1,63})*(/[a-zA-Z0-9._~-]*)*$",
+    "duration": "^P([0-9]{1,4}D|T[0-9]{1,4}[HMS]|[0-9]{1,4}DT[0-9]{1,4}[HMS])$",
+    "json-pointer": "^(/[a-zA-Z0-9_]*)*$",
+}
+for _alias, _of in (("host-name", "hostname"), ("idn-hostname", "hostname"),
+                    ("idn-email", "email"), ("uri-reference", "uri"), ("iri", "uri"),
+                    ("iri-reference", "uri"), ("ip-address", "ipv4")):
+    FORMATS[_alias] = FORMATS[_of]
+# formats a validator checks that no pattern here writes: not enforced
+CHECKED_FORMATS = {"regex", "relative-json-pointer", "uri-template"}
+
+_LOWER = ("minimum", "minLength", "minItems", "minProperties")
+_UPPER = ("maximum", "maxLength", "maxItems", "maxProperties")
+_NUMERIC_TYPES = {"integer", "number"}
+
+
+def _types(schema: dict[str, Any]) -> set[str] | None:
+    t = schema.get("type")
+    if t is None:
+        return None
+    return set(t) if isinstance(t, list) else {t}
+
+
+def _intersect_types(a: Any, b: Any) -> list[str]:
+    ta = set(a) if isinstance(a, list) else {a}
+    tb = set(b) if isinstance(b, list) else {b}
+    out = ta & tb
+    if ("integer" in ta and "number" in tb) or ("number" in ta and "integer" in tb):
+        out.add("integer")
+    return sorted(out)
+
+
+def _key(value: Any) -> str:
+    return json.dumps(value, sort_keys=True)
+
+
+def merge(a: Any, b: Any, resolve: Callable[[str], Any]) -> dict[str, Any] | None:
+    """Both ``a`` and ``b`` as one schema; ``resolve`` gives a local ``$ref``'s target."""
+    a, b = _deref(a, resolve), _deref(b, resolve)
+    if a is None or b is None:
+        return None
+    if a is UNSAT or b is UNSAT or a is False or b is False:
+        return UNSAT
+    if a is True:
+        return dict(b) if isinstance(b, dict) else {} if b is True else None
+    if b is True:
+        return dict(a) if isinstance(a, dict) else None
+    if not isinstance(a, dict) or not isinstance(b, dict):
+        return None  # not a schema: walked (and refused) as it is
+    if "$ref" in a or "$ref" in b:  # a recursive or nested reference: not merged here
+        return None
+    out, b = dict(a), dict(b)
+    _closed_properties(out, b)
+    _closed_properties(b, a)
+    for key, value in b.items():
+        if key not in out or out[key] == value:
+            out[key] = value
+            continue
+        have = out[key]
+        if key == "properties":
+            out[key] = {**have, **{n: ({"allOf": [have[n], s]} if n in have else s)
+                                   for n, s in value.items()}}
+        elif key == "required":
+            out[key] = list(dict.fromkeys([*have, *value]))
+        elif key == "type":
+            types = _intersect_types(have, value)
+            if not types:
+                return UNSAT
+            out[key] = types if len(types) > 1 else types[0]
+        elif key in _LOWER and _numbers(have, value):
+            out[key] = max(have, value)
+        elif key in _UPPER and _numbers(have, value):
+            out[key] = min(have, value)
+        elif key in ("exclusiveMinimum", "exclusiveMaximum") and _numbers(have, value):
+            out[key] = max(have, value) if key == "exclusiveMinimum" else min(have, value)
+        elif key in ("items", "additionalProperties") and isinstance(have, dict) and \
+                isinstance(value, dict):
+            out[key] = {"allOf": [have, value]}
+        elif key == "additionalProperties" and False in (have, value):
+            out[key] = False
+        elif key == "enum" and isinstance(have, list) and isinstance(value, list):
+            keep = {_key(v) for v in value}
+            out[key] = [v for v in have if _key(v) in keep]
+            if not out[key]:
+                return UNSAT
+        else:  # two different patterns, unions, consts ...: not written as one
+            return None
+    return out
+
+
+def _numbers(*values: Any) -> bool:
+    return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+
+
+def _closed_properties(target: dict[str, Any], other: Any) -> None:
+    """Where ``other`` admits no property beyond its own (``additionalProperties: false``)
+    or admits them under a schema, ``target``'s other properties are dropped or constrained
+    by it (JSON Schema applies each side's rule to every property of the value)."""
+    if not isinstance(other, dict):
+        return
+    rule = other.get("additionalProperties")
+    props = target.get("properties")
+    if rule is None or rule is True or not isinstance(props, dict):
+        return
+    own = set(other.get("properties") or {})
+    if rule is False:
+        dropped = set(props) - own
+        target["properties"] = {n: s for n, s in props.items() if n in own}
+        if dropped & set(target.get("required") or []):
+            target["properties"] = {**target["properties"],
+                                    **{n: False for n in dropped & set(target["required"])}}
+    elif isinstance(rule, dict):
+        target["properties"] = {n: (s if n in own else {"allOf": [s, rule]})
+                                for n, s in props.items()}
+
+
+def _deref(schema: Any, resolve: Callable[[str], Any]) -> Any:
+    for _ in range(8):  # a chain of references, followed a few links
+        if isinstance(schema, dict) and set(schema) - {"$ref", "title", "description"} == set() \
+                and "$ref" in schema:
+            schema = resolve(schema["$ref"])
+        else:
+            return schema
+    return None
+
+
+def disjoint(a: Any, b: Any, resolve: Callable[[str], Any]) -> bool:
+    """Whether no value can match both ``a`` and ``b`` (raw schemas): their types cannot
+    meet, their values are listed and differ, or a property both require has listed values
+    that differ."""
+    a, b = _deref(a, resolve), _deref(b, resolve)
+    if not isinstance(a, dict) or not isinstance(b, dict):
+        return a is False or b is False
+    ta, tb = _types(a), _types(b)
+    if ta is not None and tb is not None and not _intersect_types(sorted(ta), sorted(tb)):
+        return True
+    va, vb = _values(a), _values(b)
+    if va is not None and vb is not None and not va & vb:
+        return True
+    pa, pb = a.get("properties") or {}, b.get("properties") or {}
+    both = set(a.get("required") or []) & set(b.get("required") or [])
+    for name in both & set(pa) & set(pb):
+        x, y = _deref(pa[name], resolve), _deref(pb[name], resolve)
+        vx = _values(x) if isinstance(x, dict) else None
+        vy = _values(y) if isinstance(y, dict) else None
+        if vx is not None and vy is not None and not vx & vy:
+            return True
+    return False
+
+
+def _values(schema: dict[str, Any]) -> set[str] | None:
+    if "const" in schema:
+        return {_key(schema["const"])}
+    if isinstance(schema.get("enum"), list):
+        return {_key(v) for v in schema["enum"]}
+    return None

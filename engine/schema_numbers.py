@@ -1,0 +1,245 @@
+"""Regular expressions for JSON numbers within bounds, so that a schema's ``minimum``,
+``maximum``, ``exclusiveMinimum``, ``exclusiveMaximum`` and a decimal ``multipleOf`` are
+enforced by the grammar, not hoped for.
+
+Pure Python. A bounded ``integer`` or ``number`` becomes an anchored pattern over JSON's
+number syntax without an exponent (``-?(0|[1-9][0-9]*)([.][0-9]+)?``); the grammar
+converter turns it into rules (``engine.grammar``), and ``tests/test_schema_numbers.py``
+checks every pattern against the numeric comparison it stands for.
+
+Digits are capped so that every number the pattern admits is told apart from its bounds
+by a double, as a validator compares them (``0.30000000000000001 > 0.3`` holds in decimals
+but not in floats): an integer part of at most ``INT_DIGITS`` digits (``maximum`` past that
+is a bound the cap already keeps), and at most ``SIGNIFICANT`` significant digits in all.
+A schema whose bounds cannot be written within those caps is a ``ValueError``.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal, InvalidOperation
+
+INT_DIGITS = 15  # an integer's digits when nothing bounds it (a double's exact range)
+NUMBER_INT_DIGITS = 9  # a number's integer-part digits when nothing bounds them
+SIGNIFICANT = 15  # significant digits a double tells apart
+EXTRA_FRACTION = 6  # fraction digits beyond the bounds' own
+
+
+def _digits_range(lo: str, hi: str) -> str:
+    """A regex for the digit strings of one length from ``lo`` to ``hi`` (same length)."""
+    if not lo:
+        return ""
+    if lo == hi:
+        return lo
+    if lo[0] == hi[0]:
+        return lo[0] + _group(_digits_range(lo[1:], hi[1:]))
+    rest = len(lo) - 1
+    if set(lo[1:]) <= {"0"} and set(hi[1:]) <= {"9"}:
+        return _cls(lo[0], hi[0]) + _any(rest)
+    parts = [lo[0] + _group(_digits_range(lo[1:], "9" * rest)) if rest else lo[0]]
+    if int(hi[0]) - int(lo[0]) > 1:
+        parts.append(_cls(str(int(lo[0]) + 1), str(int(hi[0]) - 1)) + _any(rest))
+    parts.append(hi[0] + _group(_digits_range("0" * rest, hi[1:])) if rest else hi[0])
+    return "|".join(parts)
+
+
+def _cls(a: str, b: str) -> str:
+    return a if a == b else f"[{a}-{b}]"
+
+
+def _any(n: int) -> str:
+    return "" if n == 0 else "[0-9]" if n == 1 else f"[0-9]{{{n}}}"
+
+
+def _group(rx: str) -> str:
+    return f"({rx})" if "|" in rx else rx
+
+
+def natural_range(lo: int, hi: int | None, digits: int = INT_DIGITS) -> str | None:
+    """A regex for the canonical decimal text of the whole numbers ``lo..hi`` (``hi`` None:
+    up to ``digits`` digits); None when the range is empty."""
+    lo = max(lo, 0)
+    top = hi if hi is not None else 10 ** digits - 1
+    if top < lo:
+        return None
+    parts, full = [], []  # full: lengths whose every number is in range (n >= 2)
+    for n in range(len(str(lo)), len(str(top)) + 1):
+        first, last = max(lo, 10 ** (n - 1) if n > 1 else 0), min(top, 10 ** n - 1)
+        if n > 1 and first == 10 ** (n - 1) and last == 10 ** n - 1:
+            full.append(n)
+        elif first <= last:
+            parts.append(_digits_range(str(first), str(last)))
+    if full:  # consecutive lengths (range() made them so): one [1-9][0-9]{a,b}
+        a, b = full[0] - 1, full[-1] - 1
+        parts.append("[1-9]" + (_any(a) if a == b else f"[0-9]{{{a},{b}}}"))
+    return "|".join(parts)
+
+
+def integer_pattern(lo: int | None, hi: int | None) -> str:
+    """An anchored regex for the JSON integers from ``lo`` to ``hi`` (None: unbounded on
+    that side); a ValueError when there is none."""
+    parts = []
+    if hi is None or hi >= 0:
+        rx = natural_range(lo if lo is not None and lo > 0 else 0, hi)
+        if rx is not None:
+            parts.append(_group(rx))
+    if lo is None or lo < 0:
+        rx = natural_range(max(-(hi if hi is not None else -1), 1),
+                           -lo if lo is not None else None)
+        if rx is not None:
+            parts.append("-" + _group(rx))
+    if not parts:
+        raise ValueError(f"no integer lies between {lo} and {hi}")
+    return "^(" + "|".join(parts) + ")$"
+
+
+# fractions: digit strings t after the point, compared as 0.t; each builder returns
+# (whether the empty fraction -- no point at all -- belongs, a regex of the non-empty ones
+# of at most r digits, or None)
+
+Frac = tuple[bool, str | None]
+
+
+def _alt(*parts: str | None) -> str | None:
+    kept = [p for p in parts if p]
+    return "|".join(kept) if kept else None
+
+
+def _frac_any(r: int) -> Frac:
+    return True, (f"[0-9]{{1,{r}}}" if r > 1 else "[0-9]") if r else None
+
+
+def _frac_at_least(b: str, r: int, strict: bool) -> Frac:
+    """0.t >= 0.b (> with ``strict``); ``b`` without trailing zeros, len(b) <= r."""
+    if not b:
+        if not strict:
+            return _frac_any(r)
+        if r == 0:
+            return False, None
+        # some digit non-zero: k zeros, then 1-9, then anything up to r digits in all
+        return False, "|".join(("0" * k) + "[1-9]" + (f"[0-9]{{0,{r - k - 1}}}"
+                                                      if r - k - 1 else "")
+                               for k in range(r))
+    if r == 0:
+        return False, None
+    d = int(b[0])
+    higher = f"[{d + 1}-9]" + (f"[0-9]{{0,{r - 1}}}" if r > 1 else "") if d < 9 else None
+    empty, rest = _frac_at_least(b[1:], r - 1, strict)
+    same = _join(b[0], empty, rest)
+    return False, _alt(higher, same)
+
+
+def _frac_at_most(b: str, r: int, strict: bool) -> Frac:
+    """0.t <= 0.b (< with ``strict``); ``b`` without trailing zeros, len(b) <= r."""
+    if not b:
+        if strict:
+            return False, None
+        return True, (f"0{{1,{r}}}" if r > 1 else "0") if r else None
+    if r == 0:
+        return True, None  # 0 < 0.b
+    d = int(b[0])
+    lower = (f"[0-{d - 1}]" if d > 1 else "0") + (f"[0-9]{{0,{r - 1}}}" if r > 1 else "") \
+        if d > 0 else None
+    empty, rest = _frac_at_most(b[1:], r - 1, strict)
+    return True, _alt(lower, _join(b[0], empty, rest))
+
+
+def _frac_between(a: str, b: str, r: int, sa: bool, sb: bool) -> Frac:
+    """0.a <= 0.t <= 0.b (strict sides per ``sa``, ``sb``); 0.a <= 0.b."""
+    empty = not a and not sa and (bool(b) or not sb)
+    if r == 0:
+        return empty, None
+    da, db = int((a or "0")[0]), int((b or "0")[0])
+    if da == db:
+        return empty, _join(str(da), *_frac_between(a[1:], b[1:], r - 1, sa, sb))
+    low = _join(str(da), *_frac_at_least(a[1:], r - 1, sa))
+    mid = (_cls(str(da + 1), str(db - 1)) + (f"[0-9]{{0,{r - 1}}}" if r > 1 else "")) \
+        if db - da > 1 else None
+    high = _join(str(db), *_frac_at_most(b[1:], r - 1, sb))
+    return empty, _alt(low, mid, high)
+
+
+def _join(digit: str, empty: bool, rest: str | None) -> str | None:
+    """``digit`` followed by what (empty, rest) admits."""
+    if rest is None:
+        return digit if empty else None
+    return f"{digit}({rest})?" if empty else f"{digit}({rest})"
+
+
+def _with_fraction(int_rx: str, frac: Frac) -> str | None:
+    empty, rest = frac
+    if rest is None:
+        return _group(int_rx) if empty else None
+    return f"{_group(int_rx)}([.]({rest}))" + ("?" if empty else "")
+
+
+def _split(x: Decimal) -> tuple[int, str]:
+    """A non-negative decimal as its integer part and its fraction digits (no trailing 0)."""
+    whole = int(x)
+    frac = format(x - whole, "f")
+    digits = frac.split(".", 1)[1].rstrip("0") if "." in frac else ""
+    return whole, digits
+
+
+def _positive(lo: Decimal, lo_strict: bool, hi: Decimal | None, hi_strict: bool,
+              r: int) -> str | None:
+    """Numbers x >= 0 with lo <= x <= hi (strict per side), fraction of at most r digits."""
+    li, lf = _split(lo)
+    if hi is None:
+        parts = [_with_fraction(str(li), _frac_at_least(lf, r, lo_strict))]
+        above = natural_range(li + 1, None, max(NUMBER_INT_DIGITS, len(str(li))))
+        if above is not None:
+            parts.append(_with_fraction(above, _frac_any(r)))
+        return _alt(*parts)
+    hi_i, hf = _split(hi)
+    if li == hi_i:
+        return _with_fraction(str(li), _frac_between(lf, hf, r, lo_strict, hi_strict))
+    parts = [_with_fraction(str(li), _frac_at_least(lf, r, lo_strict))]
+    if hi_i - li > 1:
+        mid = natural_range(li + 1, hi_i - 1)
+        assert mid is not None
+        parts.append(_with_fraction(mid, _frac_any(r)))
+    parts.append(_with_fraction(str(hi_i), _frac_at_most(hf, r, hi_strict)))
+    return _alt(*parts)
+
+
+def decimal(value: float | int) -> Decimal:
+    """A schema's number as the decimal it was written as (a float's shortest form)."""
+    try:
+        return Decimal(str(value)) if isinstance(value, float) else Decimal(value)
+    except InvalidOperation:
+        raise ValueError(f"{value!r} is not a finite number") from None
+
+
+def number_pattern(lo: Decimal | None, lo_strict: bool, hi: Decimal | None, hi_strict: bool,
+                   fraction_digits: int | None = None) -> str:
+    """An anchored regex for JSON numbers (no exponent) between the bounds; at most
+    ``fraction_digits`` digits after the point (a ``multipleOf`` of 10^-n), else as many as
+    the bounds' own plus ``EXTRA_FRACTION`` within ``SIGNIFICANT``."""
+    if (lo is not None and not lo.is_finite()) or (hi is not None and not hi.is_finite()):
+        raise ValueError("a bound is not a finite number")
+    if lo is not None and hi is not None and (lo > hi or (lo == hi and (lo_strict or hi_strict))):
+        raise ValueError(f"no number lies between {lo} and {hi}")
+    bounds = [x for x in (lo, hi) if x is not None]
+    own = max((len(_split(abs(x))[1]) for x in bounds), default=0)
+    whole = max((len(str(_split(abs(x))[0])) for x in bounds), default=1)
+    if hi is None or lo is None:
+        whole = max(whole, NUMBER_INT_DIGITS)
+    r = min(own + EXTRA_FRACTION, max(SIGNIFICANT - whole, 0))
+    if fraction_digits is not None:
+        r = min(r, fraction_digits)
+    if r < own:
+        raise ValueError("the bounds have more significant digits than a double tells apart")
+    parts = []
+    zero = Decimal(0)
+    if hi is None or hi >= 0:  # x >= 0
+        low, low_strict = (lo, lo_strict) if lo is not None and lo >= 0 else (zero, False)
+        parts.append(_positive(low, low_strict, hi, hi_strict, r))
+    if lo is None or lo < 0:  # x = -y < 0, y > 0
+        y_lo, y_strict = (-hi, hi_strict) if hi is not None and hi < 0 else (zero, True)
+        rx = _positive(y_lo, y_strict, -lo if lo is not None else None, lo_strict, r)
+        if rx is not None:
+            parts.append("-(" + rx + ")")
+    kept = [p for p in parts if p]
+    if not kept:
+        raise ValueError(f"no number with at most {r} decimals lies between {lo} and {hi}")
+    return "^(" + "|".join(kept) + ")$"

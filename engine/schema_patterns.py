@@ -1,0 +1,255 @@
+"""A JSON Schema ``pattern`` rewritten into what the grammar converter reads, for text that
+lands inside a JSON string.
+
+Pure Python. The converter (``llama_cpp.llama_grammar``) copies much of a regex into GBNF
+as written, which breaks in three ways: escapes GBNF has no meaning for (``\\d``, ``\\.``,
+``\\-``) make a grammar llama.cpp cannot parse; ``.`` and negated classes let a raw ``"``,
+``\\`` or control character into a JSON string (the answer is then not JSON); and
+syntax it cannot read at all (``(?:``, lazy quantifiers) fails. ``json_string_pattern``
+returns an anchored pattern in the converter's dialect whose every match is a match of the
+original and safe unescaped inside a JSON string, or raises ``PatternError`` naming what
+cannot be enforced.
+
+Unanchored patterns (JSON Schema's ``pattern`` matches anywhere) get ``.*`` on the open
+sides; ``.`` is read as any character a JSON string may hold unescaped.
+"""
+
+from __future__ import annotations
+
+JSON_UNSAFE = '"\\\\\\x00-\\x1F\\x7F'  # class items for ", \ and control characters
+SAFE_CHAR = f"[^{JSON_UNSAFE}]"
+_SHORTHANDS = {"d": "0-9", "w": "a-zA-Z0-9_", "s": " "}  # \s: the one safe whitespace
+_CLASS_SPECIAL = {"]": "\\]", "[": "\\[", "-": "\\x2D", "^": "\\x5E"}  # as 1-item classes
+_CONVERTER_ESCAPES = set("[]()|{}*+?")  # escapes the converter itself reads as literals
+
+
+class PatternError(ValueError):
+    """A pattern the grammar cannot enforce inside a JSON string; says what."""
+
+
+def json_string_pattern(pattern: str) -> str:
+    """``pattern`` (JSON Schema: matches anywhere) as an anchored pattern for the converter
+    whose matches all match ``pattern`` and are JSON-string-safe as written."""
+    body, head, tail = pattern, False, False
+    if body.startswith("^"):
+        body, head = body[1:], True
+    if body.endswith("$") and not _escaped_at(body, len(body) - 1):
+        body, tail = body[:-1], True
+    out = _Rewriter(body).run()
+    if (head or tail) and _top_level_bar(out):
+        if not (head and tail):
+            raise PatternError("an alternation with an anchor on one side")
+        raise PatternError("anchors inside a top-level alternation")
+    if head and tail:
+        return f"^{out}$"
+    return "^" + ("" if head else f"{SAFE_CHAR}*") + f"({out})" + \
+        ("" if tail else f"{SAFE_CHAR}*") + "$"
+
+
+def _escaped_at(text: str, i: int) -> bool:
+    n = 0
+    while i - 1 - n >= 0 and text[i - 1 - n] == "\\":
+        n += 1
+    return n % 2 == 1
+
+
+def _top_level_bar(rx: str) -> bool:
+    depth, i = 0, 0
+    while i < len(rx):
+        c = rx[i]
+        if c == "\\":
+            i += 2
+            continue
+        if c == "[":
+            i = _class_end(rx, i) + 1
+            continue
+        if c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+        elif c == "|" and depth == 0:
+            return True
+        i += 1
+    return False
+
+
+def _class_end(rx: str, i: int) -> int:
+    j = i + 1
+    if j < len(rx) and rx[j] == "^":
+        j += 1
+    if j < len(rx) and rx[j] == "]":
+        j += 1
+    while j < len(rx) and rx[j] != "]":
+        j += 2 if rx[j] == "\\" else 1
+    if j >= len(rx):
+        raise PatternError("an unclosed character class")
+    return j
+
+
+class _Rewriter:
+    def __init__(self, rx: str) -> None:
+        self.rx, self.i = rx, 0
+        self.out: list[str] = []
+
+    def run(self) -> str:
+        rx = self.rx
+        while self.i < len(rx):
+            c = rx[self.i]
+            if c == "\\":
+                self._escape()
+            elif c == "[":
+                self._class()
+            elif c == ".":
+                self.out.append(SAFE_CHAR)
+                self.i += 1
+            elif c == "(":
+                if rx.startswith("(?:", self.i):
+                    self.out.append("(")
+                    self.i += 3
+                elif rx.startswith("(?", self.i):
+                    raise PatternError(f"'{rx[self.i:self.i + 3]}' (lookaround, named or "
+                                       "flagged groups)")
+                else:
+                    self.out.append("(")
+                    self.i += 1
+            elif c in "*+?}":
+                self.out.append(c)
+                self.i += 1
+                if self.i < len(rx) and rx[self.i] == "?":  # lazy: the same language
+                    self.i += 1
+                elif self.i < len(rx) and rx[self.i] == "+":
+                    raise PatternError("a possessive quantifier")
+            elif c in "^$":
+                raise PatternError(f"'{c}' inside the pattern")
+            elif c == '"' or ord(c) < 0x20 or c == "\x7f":
+                raise PatternError(f"the character {c!r}, which a JSON string escapes")
+            else:
+                self.out.append(c)
+                self.i += 1
+        return "".join(self.out)
+
+    def _escape(self) -> None:
+        rx = self.rx
+        if self.i + 1 >= len(rx):
+            raise PatternError("a trailing backslash")
+        e = rx[self.i + 1]
+        self.i += 2
+        if e in _SHORTHANDS:
+            self.out.append(f"[{_SHORTHANDS[e]}]")
+        elif e in "DWS":
+            self.out.append(f"[^{_SHORTHANDS[e.lower()]}{JSON_UNSAFE}]")
+        elif e in _CONVERTER_ESCAPES:
+            self.out.append("\\" + e)
+        elif e in "uxU":
+            digits = {"u": 4, "x": 2, "U": 8}[e]
+            hexa = rx[self.i:self.i + digits]
+            if len(hexa) != digits or any(h not in "0123456789abcdefABCDEF" for h in hexa):
+                raise PatternError(f"a malformed \\{e} escape")
+            code = int(hexa, 16)
+            self.i += digits
+            if code < 0x20 or code in (0x22, 0x5C, 0x7F) or 0xD800 <= code <= 0xDFFF:
+                raise PatternError(f"the character U+{code:04X}, which a JSON string escapes")
+            self.out.append(f"[\\x{code:02X}]" if code < 0x100 else chr(code))
+        elif e.isalnum() or e in "\\\"":
+            raise PatternError(f"the escape '\\{e}'")
+        else:  # escaped punctuation: the character itself, as a one-item class
+            self.out.append("[" + _CLASS_SPECIAL.get(e, e) + "]")
+
+    def _class(self) -> None:
+        rx = self.rx
+        end = _class_end(rx, self.i)
+        inner = rx[self.i + 1:end]
+        self.i = end + 1
+        negated = inner.startswith("^")
+        if negated:
+            inner = inner[1:]
+        ranges: list[tuple[int, int]] = []
+        j = 0
+        while j < len(inner):
+            lo, j, shorthand = _class_item(inner, j)
+            if shorthand is not None:
+                ranges.extend(shorthand)
+                continue
+            assert lo is not None
+            if j + 1 < len(inner) and inner[j] == "-":
+                hi, k, short = _class_item(inner, j + 1)
+                if short is not None or hi is None:
+                    raise PatternError("a range ending in a character shorthand")
+                if hi < lo:
+                    raise PatternError("a character range out of order")
+                ranges.append((lo, hi))
+                j = k
+            else:
+                ranges.append((lo, lo))
+        if negated:
+            self.out.append("[^" + _class_text(ranges + UNSAFE) + "]")
+            return
+        safe = _subtract(ranges, UNSAFE)
+        if not safe:
+            raise PatternError("a character class of only characters a JSON string escapes")
+        self.out.append("[" + _class_text(safe) + "]")
+
+
+UNSAFE = [(0x00, 0x1F), (0x22, 0x22), (0x5C, 0x5C), (0x7F, 0x7F)]
+_SHORT_RANGES = {"d": [(0x30, 0x39)], "w": [(0x30, 0x39), (0x41, 0x5A), (0x5F, 0x5F),
+                                            (0x61, 0x7A)], "s": [(0x20, 0x20)]}
+_CONTROL = {"n": 0x0A, "r": 0x0D, "t": 0x09, "f": 0x0C, "v": 0x0B}
+
+
+def _class_item(inner: str, j: int) -> tuple[int | None, int, list[tuple[int, int]] | None]:
+    """One item of a class at ``j``: (code point, next index, None) or (None, next, the
+    ranges of a shorthand)."""
+    c = inner[j]
+    if c != "\\":
+        return ord(c), j + 1, None
+    if j + 1 >= len(inner):
+        raise PatternError("a trailing backslash in a character class")
+    e = inner[j + 1]
+    if e in _SHORT_RANGES:
+        return None, j + 2, _SHORT_RANGES[e]
+    if e in "DWS":
+        raise PatternError(f"'\\{e}' inside a character class")
+    if e in _CONTROL:
+        return _CONTROL[e], j + 2, None
+    if e in "uxU":
+        digits = {"u": 4, "x": 2, "U": 8}[e]
+        hexa = inner[j + 2:j + 2 + digits]
+        if len(hexa) != digits or any(h not in "0123456789abcdefABCDEF" for h in hexa):
+            raise PatternError(f"a malformed \\{e} escape")
+        return int(hexa, 16), j + 2 + digits, None
+    if e.isalnum():
+        raise PatternError(f"the escape '\\{e}' inside a character class")
+    return ord(e), j + 2, None
+
+
+def _subtract(ranges: list[tuple[int, int]], holes: list[tuple[int, int]]
+              ) -> list[tuple[int, int]]:
+    out = []
+    for lo, hi in ranges:
+        pieces = [(lo, hi)]
+        for h_lo, h_hi in holes:
+            nxt = []
+            for a, b in pieces:
+                if b < h_lo or a > h_hi:
+                    nxt.append((a, b))
+                    continue
+                if a < h_lo:
+                    nxt.append((a, h_lo - 1))
+                if b > h_hi:
+                    nxt.append((h_hi + 1, b))
+            pieces = nxt
+        out.extend(pieces)
+    return out
+
+
+def _char(code: int) -> str:
+    c = chr(code)
+    if c.isascii() and c.isalnum():
+        return c
+    if code < 0x100:
+        return f"\\x{code:02X}"
+    return f"\\u{code:04X}" if code < 0x10000 else f"\\U{code:08X}"
+
+
+def _class_text(ranges: list[tuple[int, int]]) -> str:
+    return "".join(_char(a) if a == b else f"{_char(a)}-{_char(b)}" for a, b in ranges)

@@ -1,0 +1,87 @@
+"""Random walks through a grammar with llama.cpp's own grammar sampler: what a random-weight
+model under that grammar could write, without a model.
+
+Each step draws random logits (Gumbel noise, so the pick is a sample of a softmax) over
+the vocabulary's short tokens plus end-of-generation, lets llama.cpp's grammar sampler rule
+out what the grammar forbids, and takes the best of what is left (the whole vocabulary
+when no short token fits). End-of-generation, once the grammar allows it, is likely: the
+walk ends when the grammar's text is complete. A walk that reaches its step limit is cut
+off, as an answer at ``max_tokens``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Any
+
+import numpy as np
+
+SHORT = 3  # bytes of the tokens drawn first
+TOKEN_DATA = np.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")])  # llama_token_data
+
+
+class GrammarWalker:
+    def __init__(self, path: str) -> None:
+        import llama_cpp as L
+
+        self.L = L
+        params = L.llama_model_default_params()
+        params.vocab_only = True
+        self.model = L.llama_model_load_from_file(path.encode(), params)
+        assert self.model
+        self.vocab = L.llama_model_get_vocab(self.model)
+        n = L.llama_vocab_n_tokens(self.vocab)
+        self.eos = L.llama_vocab_eos(self.vocab)
+        self.pieces: list[bytes] = []
+        buf = ctypes.create_string_buffer(256)
+        for t in range(n):
+            k = L.llama_token_to_piece(self.vocab, t, buf, len(buf), 0, False)
+            self.pieces.append(buf.raw[:max(k, 0)])
+        short = [t for t, p in enumerate(self.pieces) if 0 < len(p) <= SHORT]
+        self.short = np.array([*short, self.eos], dtype=np.int32)
+        self.all = np.arange(n, dtype=np.int32)
+        # closing tokens drawn more often, so strings and objects end within the walk
+        closing = np.array([any(c in p for c in b'"}],') for p in self.pieces])
+        self.bias = {"short": np.where(closing[self.short], 2.5, 0.0),
+                     "all": np.where(closing, 2.5, 0.0)}
+        self.bias["short"][-1] = self.bias["all"][self.eos] = 4.0
+
+    def _apply(self, sampler: Any, ids: np.ndarray, logits: np.ndarray) -> np.ndarray:
+        """The logits with what the grammar forbids at -inf (llama_token_data rows in a
+        numpy array handed to the sampler as they are)."""
+        L = self.L
+        rows = np.zeros(len(ids), dtype=TOKEN_DATA)
+        rows["id"], rows["logit"] = ids, logits
+        arr = L.llama_token_data_array(rows.ctypes.data_as(ctypes.POINTER(L.llama_token_data)),
+                                       len(ids), -1, False)
+        L.llama_sampler_apply(sampler, ctypes.byref(arr))
+        return rows["logit"].astype(np.float64)
+
+    def walk(self, grammar: str, rng: np.random.Generator, max_steps: int = 300
+             ) -> str | None:
+        """One text the grammar allows (None: cut off at ``max_steps``)."""
+        L = self.L
+        sampler = L.llama_sampler_init_grammar(self.vocab, grammar.encode(), b"root")
+        assert sampler, "llama.cpp could not parse the grammar:\n" + grammar
+        out = bytearray()
+        try:
+            for _ in range(max_steps):
+                pick = None
+                for ids, bias in ((self.short, self.bias["short"]), (self.all, self.bias["all"])):
+                    logits = rng.gumbel(size=len(ids)) + bias
+                    allowed = self._apply(sampler, ids, logits)
+                    if np.isfinite(allowed).any():
+                        pick = int(ids[int(np.argmax(allowed))])
+                        break
+                assert pick is not None, "the grammar allows no token: " + out.decode(
+                    errors="replace")
+                if pick == self.eos:
+                    return out.decode("utf-8", errors="replace")
+                L.llama_sampler_accept(sampler, pick)
+                out += self.pieces[pick]
+            return None
+        finally:
+            L.llama_sampler_free(sampler)
+
+    def close(self) -> None:
+        self.L.llama_model_free(self.model)
