@@ -62,8 +62,7 @@ NUMERIC = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multip
 SPECIAL = ("not", "if", "then", "else", "patternProperties", "dependentRequired",
            "dependentSchemas", "dependencies", "uniqueItems", "minProperties",
            "maxProperties", "propertyNames", "contains", "minContains", "maxContains",
-           "unevaluatedProperties", "unevaluatedItems", "$dynamicRef", "$recursiveRef",
-           "additionalItems")
+           "unevaluatedProperties", "unevaluatedItems", "$dynamicRef", "$recursiveRef")
 
 SCHEMA_MAPS = ("properties",)  # name -> schema
 COUNTS = ("minItems", "maxItems", "minLength", "maxLength")
@@ -81,6 +80,10 @@ MAX_OPTIONAL_PROPERTIES = 300
 
 class SchemaError(ValueError):
     """A schema that cannot become a grammar; the message names the keyword."""
+
+
+class Unsatisfiable(SchemaError):
+    """A (sub)schema no value can match: an optional property under it is left out."""
 
 
 def _unescape(part: str) -> str:
@@ -177,14 +180,22 @@ class _Localizer:
         if node is True or node == {}:
             return {"type": list(ANY_TYPES)}
         if node is False or node is UNSAT:
-            raise SchemaError(f"{where}: the schema allows no value")
+            raise Unsatisfiable(f"{where}: the schema allows no value")
         if not isinstance(node, dict):
             raise SchemaError(f"{where}: a schema must be an object or a boolean")
         if "$ref" in node:
-            beside = [k for k in node if k != "$ref" and k in KEYWORDS]
-            if beside:
-                self.loose(f"{where}.{beside[0]}", "a keyword beside '$ref'")
-            return {"$ref": f"#/$defs/{self.ref_key(node['$ref'], where)}"}
+            beside = {k: v for k, v in node.items() if k != "$ref" and k in KEYWORDS}
+            if not beside:
+                return {"$ref": f"#/$defs/{self.ref_key(node['$ref'], where)}"}
+            # keywords beside a reference (draft 2019 on) hold with it: merged into its target
+            merged = merge({"$ref": node["$ref"]}, beside, self.target)
+            if merged is UNSAT:
+                raise Unsatisfiable(f"{where}: no value matches the reference and the "
+                                    "keywords beside it")
+            if merged is None:
+                self.loose(f"{where}.{next(iter(beside))}", "a keyword beside '$ref'")
+                return {"$ref": f"#/$defs/{self.ref_key(node['$ref'], where)}"}
+            node = merged
         node = self._combined(node, where)
         node = self._special(node, where)
         out: dict[str, Any] = {}
@@ -200,7 +211,7 @@ class _Localizer:
                     raise SchemaError(f"{where}.{key}: {optional} optional properties, over the "
                                       f"limit of {MAX_OPTIONAL_PROPERTIES} for a grammar: "
                                       "list more of them in 'required' or split the object")
-                out[key] = {k: self.walk(v, f"{where}.{key}.{k}") for k, v in value.items()}
+                out[key] = self._properties(value, required, f"{where}.{key}")
             elif key in SCHEMA_LISTS:
                 if not isinstance(value, list) or not value:
                     raise SchemaError(f"{where}.{key} must be a non-empty list of schemas")
@@ -260,11 +271,24 @@ class _Localizer:
             # anything else is not a keyword: left out
         for low, high in (("minLength", "maxLength"), ("minItems", "maxItems")):
             if out.get(low, 0) > out.get(high, out.get(low, 0)):
-                raise SchemaError(f"{where}.{low}: above {high}: the schema allows no value")
+                raise Unsatisfiable(f"{where}.{low}: above {high}: the schema allows no value")
         out = self._values(node, out, where)
         out = self._strings(out, where)
         out = self._numbers(out, where)
         return self._types(node, out, where)
+
+    def _properties(self, props: dict[str, Any], required: Any, where: str) -> dict[str, Any]:
+        """Each property's schema; an optional one no value can match is left out (the
+        object then never holds it), a required one makes the object unsatisfiable."""
+        out = {}
+        needed = set(required) if isinstance(required, list) else set()
+        for name, schema in props.items():
+            try:
+                out[name] = self.walk(schema, f"{where}.{name}")
+            except Unsatisfiable:
+                if name in needed:
+                    raise
+        return out
 
     def _combined(self, node: dict[str, Any], where: str) -> dict[str, Any]:
         """``allOf`` merged into one schema, and the keywords beside an ``anyOf`` / ``oneOf``
@@ -278,7 +302,7 @@ class _Localizer:
             for part in parts:
                 merged = merge(merged, part, self.target) if merged is not None else None
             if merged is UNSAT:
-                raise SchemaError(f"{where}.allOf: no value can match every schema")
+                raise Unsatisfiable(f"{where}.allOf: no value can match every schema")
             if merged is None:
                 self.loose(f"{where}.allOf", "schemas that cannot be merged into one")
                 break
@@ -303,7 +327,7 @@ class _Localizer:
             return node
         kept = [x for x in spread if x is not UNSAT]
         if not kept:
-            raise SchemaError(f"{where}.{union}: no branch can match the keywords beside it")
+            raise Unsatisfiable(f"{where}.{union}: no branch can match the keywords beside it")
         rest = {k: v for k, v in node.items() if k not in beside and k != union}
         return {**rest, union: kept}
 
@@ -353,6 +377,9 @@ class _Localizer:
             node.pop("dependencies", None)
         if closed and props:
             node = self._names(node, props, where)
+        elif isinstance(node.get("patternProperties"), dict) and \
+                node.get("additionalProperties") is not False:
+            node = self._open_patterns(node, props)
         negated = node.get("not")
         if isinstance(negated, dict) and set(negated) == {"type"}:
             out_types = negated["type"] if isinstance(negated["type"], list) \
@@ -364,9 +391,32 @@ class _Localizer:
             # a number that is not an integer cannot be written as types
             if not ("number" in kept and "integer" in out_types):
                 if not kept:
-                    raise SchemaError(f"{where}.not: no type is left")
+                    raise Unsatisfiable(f"{where}.not: no type is left")
                 node["type"] = kept
                 node.pop("not")
+        return node
+
+    @staticmethod
+    def _open_patterns(node: dict[str, Any], props: dict[str, Any]) -> dict[str, Any]:
+        """``patternProperties`` of an object open to other keys: a declared property a
+        pattern matches also under that pattern's schema, and every other key's value
+        under every pattern's schema (and ``additionalProperties``'), whatever its name:
+        a subset of what the schema allows."""
+        patterns = node["patternProperties"]
+        try:
+            matchers = [(re.compile(p), v) for p, v in patterns.items()]
+        except (re.error, TypeError):
+            return node
+        if not matchers:
+            return {k: v for k, v in node.items() if k != "patternProperties"}
+        node = {k: v for k, v in node.items() if k != "patternProperties"}
+        if props:
+            node["properties"] = {n: {"allOf": [s, *(v for m, v in matchers if m.search(n))]}
+                                  if any(m.search(n) for m, _ in matchers) else s
+                                  for n, s in props.items()}
+        extra = node.get("additionalProperties")
+        values = [v for _, v in matchers] + ([extra] if isinstance(extra, dict) else [])
+        node["additionalProperties"] = values[0] if len(values) == 1 else {"allOf": values}
         return node
 
     def _names(self, node: dict[str, Any], props: dict[str, Any], where: str
@@ -429,7 +479,7 @@ class _Localizer:
         except Exception:
             return out
         if not kept:
-            raise SchemaError(f"{where}: no listed value matches the schema")
+            raise Unsatisfiable(f"{where}: no listed value matches the schema")
         values = {k: v for k, v in out.items() if k not in ("enum", "const")
                   and k not in NUMERIC and k not in COUNTS and k not in ("pattern", "format")}
         return {**values, "enum": kept} if len(kept) > 1 or "enum" in out else \
@@ -495,7 +545,7 @@ class _Localizer:
             if lo is not None and hi is not None and (hi - lo) // k <= ENUM_LIMIT:
                 values = list(range(-(-lo // k) * k, hi + 1, k))
                 if not values:
-                    raise SchemaError(f"{where}.multipleOf: no multiple within the bounds")
+                    raise Unsatisfiable(f"{where}.multipleOf: no multiple within the bounds")
                 return {**{x: v for x, v in rest.items() if x not in NUMERIC},
                         "enum": values}
         self.loose(f"{where}.multipleOf", f"multipleOf {step}")
@@ -507,6 +557,8 @@ class _Localizer:
             out = {**out, **only}
         elif "allOf" in out:  # not merged (and reported): the converter's object merge
             pass
+        if out.get("additionalProperties") is True and "properties" not in out:
+            del out["additionalProperties"]  # any other key: what an object allows anyway
         if "required" in out and "properties" not in out and out.get("type") in (
                 None, "object") and not set(out) & {"anyOf", "oneOf", "allOf"} and \
                 out.get("additionalProperties") is not False:

@@ -19,6 +19,10 @@ from __future__ import annotations
 JSON_UNSAFE = '"\\\\\\x00-\\x1F\\x7F'  # class items for ", \ and control characters
 SAFE_CHAR = f"[^{JSON_UNSAFE}]"
 _SHORTHANDS = {"d": "0-9", "w": "a-zA-Z0-9_", "s": " "}  # \s: the one safe whitespace
+# \D \W \S as printable ASCII (a validator's \D refuses other scripts' digits, its \S
+# Unicode spaces): subsets without the quote and backslash
+_NEGATED = {"D": "[!#-/:-\\x5B\\x5D-~ ]", "W": "[ !#-/:-@\\x5B\\x5D\\x5E`{-~]",
+            "S": "[!#-\\x5B\\x5D-~]"}
 _CLASS_SPECIAL = {"]": "\\]", "[": "\\[", "-": "\\x2D", "^": "\\x5E"}  # as 1-item classes
 _CONVERTER_ESCAPES = set("[]()|{}*+?")  # escapes the converter itself reads as literals
 
@@ -30,6 +34,10 @@ class PatternError(ValueError):
 def json_string_pattern(pattern: str) -> str:
     """``pattern`` (JSON Schema: matches anywhere) as an anchored pattern for the converter
     whose matches all match ``pattern`` and are JSON-string-safe as written."""
+    branches = _split_top(pattern)
+    if len(branches) > 1 and any(b.startswith("^") or _anchored_end(b) for b in branches):
+        # anchors inside a top-level alternation belong to their own branch
+        return "^(" + "|".join(_branch(b) for b in branches) + ")$"
     body, head, tail = pattern, False, False
     if body.startswith("^"):
         body, head = body[1:], True
@@ -44,6 +52,40 @@ def json_string_pattern(pattern: str) -> str:
         return f"^{out}$"
     return "^" + ("" if head else f"{SAFE_CHAR}*") + f"({out})" + \
         ("" if tail else f"{SAFE_CHAR}*") + "$"
+
+
+def _anchored_end(text: str) -> bool:
+    return text.endswith("$") and not _escaped_at(text, len(text) - 1)
+
+
+def _branch(branch: str) -> str:
+    """One top-level alternative, anchored where it says and open where it does not."""
+    head, tail = branch.startswith("^"), _anchored_end(branch)
+    body = branch[1 if head else 0:len(branch) - 1 if tail else len(branch)]
+    out = _Rewriter(body).run()
+    return ("" if head else f"{SAFE_CHAR}*") + f"({out})" + ("" if tail else f"{SAFE_CHAR}*")
+
+
+def _split_top(rx: str) -> list[str]:
+    """``rx`` cut at its top-level ``|``s."""
+    parts, depth, start, i = [], 0, 0, 0
+    while i < len(rx):
+        c = rx[i]
+        if c == "\\":
+            i += 2
+            continue
+        if c == "[":
+            i = _class_end(rx, i) + 1
+            continue
+        if c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+        elif c == "|" and depth == 0:
+            parts.append(rx[start:i])
+            start = i + 1
+        i += 1
+    return [*parts, rx[start:]]
 
 
 def _escaped_at(text: str, i: int) -> bool:
@@ -137,7 +179,7 @@ class _Rewriter:
         if e in _SHORTHANDS:
             self.out.append(f"[{_SHORTHANDS[e]}]")
         elif e in "DWS":
-            self.out.append(f"[^{_SHORTHANDS[e.lower()]}{JSON_UNSAFE}]")
+            self.out.append(_NEGATED[e])
         elif e in _CONVERTER_ESCAPES:
             self.out.append("\\" + e)
         elif e in "uxU":
@@ -163,12 +205,17 @@ class _Rewriter:
         negated = inner.startswith("^")
         if negated:
             inner = inner[1:]
+        elif inner in ("\\D", "\\W", "\\S"):  # [\S]: the shorthand itself
+            self.out.append(_NEGATED[inner[1]])
+            return
         ranges: list[tuple[int, int]] = []
+        shorthands = False
         j = 0
         while j < len(inner):
             lo, j, shorthand = _class_item(inner, j)
             if shorthand is not None:
                 ranges.extend(shorthand)
+                shorthands = True
                 continue
             assert lo is not None
             if j + 1 < len(inner) and inner[j] == "-":
@@ -181,6 +228,10 @@ class _Rewriter:
                 j = k
             else:
                 ranges.append((lo, lo))
+        if negated and shorthands:
+            # a validator's \d, \s, \w reach into other scripts: printable ASCII outside
+            # the class instead (a subset)
+            ranges, negated = _subtract([(0x20, 0x7E)], ranges), False
         if negated:
             self.out.append("[^" + _class_text(ranges + UNSAFE) + "]")
             return
