@@ -193,8 +193,12 @@ def _converter() -> Any:
 
 def _visit(conv: Any, schema: Any, name: str) -> str:
     try:
-        resolved = conv.resolve_refs(schema, "request")
-        return str(conv.visit(resolved, name))
+        # every reference engine.json_schema leaves points into the shared $defs: given to
+        # the converter directly (its own resolve_refs walks every dict, and takes a
+        # property named "$ref", as Kubernetes' schemas have, for a reference)
+        defs = schema.get("$defs", {}) if isinstance(schema, dict) else {}
+        conv._refs.update({f"#/$defs/{k}": v for k, v in defs.items()})
+        return str(conv.visit(schema, name))
     except RecursionError:
         raise GrammarError("cannot build a grammar for this JSON schema: it nests too "
                            "deeply for the grammar converter") from None

@@ -224,6 +224,11 @@ class _Localizer:
                                           for i, v in enumerate(value)]
                 elif key == "items" and value is False:
                     continue  # nothing after prefixItems: the converter writes none anyway
+                elif key == "additionalProperties":
+                    try:
+                        out[key] = self.walk(value, f"{where}.{key}")
+                    except Unsatisfiable:  # no other key can have a value: none allowed
+                        out[key] = False
                 else:
                     out[key] = self.walk(value, f"{where}.{key}")
             elif key == "pattern":
@@ -347,7 +352,7 @@ class _Localizer:
         if props and missing:  # the converter writes only declared properties
             extra = node.get("additionalProperties")
             if extra is False:
-                raise SchemaError(f"{where}.required: {missing[0]!r} is required but not "
+                raise Unsatisfiable(f"{where}.required: {missing[0]!r} is required but not "
                                   "allowed (additionalProperties is false)")
             props = {**props, **{n: extra if isinstance(extra, dict) else True
                                  for n in missing}}
