@@ -43,11 +43,7 @@ def json_string_pattern(pattern: str) -> str:
         body, head = body[1:], True
     if body.endswith("$") and not _escaped_at(body, len(body) - 1):
         body, tail = body[:-1], True
-    out = _Rewriter(body).run()
-    if (head or tail) and _top_level_bar(out):
-        if not (head and tail):
-            raise PatternError("an alternation with an anchor on one side")
-        raise PatternError("anchors inside a top-level alternation")
+    out = _Rewriter(body).run()  # no top-level "|" here: anchored branches went above
     if head and tail:
         return f"^{out}$"
     return "^" + ("" if head else f"{SAFE_CHAR}*") + f"({out})" + \
@@ -93,26 +89,6 @@ def _escaped_at(text: str, i: int) -> bool:
     while i - 1 - n >= 0 and text[i - 1 - n] == "\\":
         n += 1
     return n % 2 == 1
-
-
-def _top_level_bar(rx: str) -> bool:
-    depth, i = 0, 0
-    while i < len(rx):
-        c = rx[i]
-        if c == "\\":
-            i += 2
-            continue
-        if c == "[":
-            i = _class_end(rx, i) + 1
-            continue
-        if c == "(":
-            depth += 1
-        elif c == ")":
-            depth -= 1
-        elif c == "|" and depth == 0:
-            return True
-        i += 1
-    return False
 
 
 def _class_end(rx: str, i: int) -> int:

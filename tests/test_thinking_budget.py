@@ -228,11 +228,12 @@ def test_bad_budgets_and_patterns_are_400s_naming_the_field(
 
 def test_a_tool_the_grammar_cannot_express_is_called_with_any_parameters(
         client: OpenAI) -> None:
-    """Not ``strict``: a schema the converter cannot read (a lookahead) falls back to any
-    object, which in XML markup is any number of named text parameters, so a forced call
-    is still a call."""
+    """Not ``strict``: a schema that cannot be compiled (a remote ``$ref``) falls back to
+    any object, which in XML markup is any number of named text parameters, so a forced
+    call is still a call. (A lookahead ``pattern`` is now only relaxed: the parameter is
+    free text, ``tests/test_strict_schemas.py``.)"""
     tools = [{"type": "function", "function": {"name": "lookup", "parameters": {
-        "type": "object", "properties": {"s": {"type": "string", "pattern": "^(?=a)b$"}},
+        "type": "object", "properties": {"s": {"$ref": "https://example.com/s.json"}},
         "required": ["s"]}}}]
     for seed in range(3):
         finish, content, calls = chat(client, seed, False, tools=tools, tool_choice="required",
