@@ -184,7 +184,7 @@ STATS = {"strict": [0, 0, 0], "loose": [0, 0]}  # built, refused, answers / fail
 
 @pytest.mark.model
 def test_every_strict_answer_of_any_schema_validates(walker: GrammarWalker) -> None:
-    examples = int(os.environ.get("STRICT_FUZZ", "100"))
+    examples = int(os.environ.get("STRICT_FUZZ", "60"))
 
     @settings(max_examples=examples, deadline=None, derandomize="STRICT_FUZZ" not in os.environ,
               suppress_health_check=list(HealthCheck), phases=NO_SHRINK)
@@ -211,7 +211,7 @@ def test_every_strict_answer_of_any_schema_validates(walker: GrammarWalker) -> N
 @pytest.mark.model
 def test_a_loose_answer_breaks_its_schema_only_where_a_relaxation_says_so(
         walker: GrammarWalker) -> None:
-    @settings(max_examples=60, deadline=None, derandomize=True,
+    @settings(max_examples=25, deadline=None, derandomize=True,
               suppress_health_check=list(HealthCheck), phases=NO_SHRINK)
     @given(schemas())
     def check(schema: Any) -> None:
