@@ -58,10 +58,7 @@ class ServerConfig:
     # DeepSeek), "reasoning" (vLLM, OpenRouter) or "both"
     reasoning_field: str = "reasoning_content"
     playground: bool = True  # the chat page at /
-    # max_tokens beyond the room a prompt leaves is cut to it (the answer ends at the
-    # context's end, finish_reason "length"), as llama-server and Ollama do; false: a 400
-    # as OpenAI's API answers (the Anthropic route always cuts)
-    clamp_max_tokens: bool = True
+    clamp_max_tokens: bool = True  # max_tokens past the room left is cut (false: a 400)
     max_json_depth: int = 64  # nesting of arrays/objects in a body or WebSocket frame
     max_string_length: int = 4 * 1024 * 1024  # characters of one JSON string
     max_array_length: int = 262_144  # items of one array (members of one object)

@@ -26,7 +26,8 @@ from typing import Any
 
 import llama_cpp.llama_grammar
 
-from engine.json_schema import SchemaError, SchemaSet, number_bounds
+from engine.json_schema import SchemaError, SchemaSet
+from engine.schema_numbers import number_bounds
 from engine.schema_patterns import JSON_UNSAFE
 
 _G: Any = llama_cpp.llama_grammar  # untyped Python module: used through Any

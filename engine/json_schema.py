@@ -48,7 +48,7 @@ from typing import Any
 import jsonschema
 
 from engine.schema_merge import CHECKED_FORMATS, FORMATS, UNSAT, disjoint, merge
-from engine.schema_numbers import decimal, integer_pattern, number_pattern
+from engine.schema_numbers import decimal, int_bounds, number_bounds
 from engine.schema_patterns import PatternError, json_string_pattern
 
 ANY_TYPES = ["string", "number", "integer", "boolean", "object", "array", "null"]
@@ -545,7 +545,7 @@ class _Localizer:
                 return {**rest, "type": "integer"}
             return rest if integer or exponent == 0 else {**rest, "$places": -exponent}
         if d == d.to_integral_value() and out.get("type") in ("integer", "number"):
-            lo, hi = _int_bounds(out)
+            lo, hi = int_bounds(out)
             k = int(d)
             if lo is not None and hi is not None and (hi - lo) // k <= ENUM_LIMIT:
                 values = list(range(-(-lo // k) * k, hi + 1, k))
@@ -614,53 +614,6 @@ def _for_type(rest: dict[str, Any], t: str) -> dict[str, Any]:
 def _type_may_be(out: dict[str, Any], t: str) -> bool:
     types = out.get("type")
     return types is None or t == types or (isinstance(types, list) and t in types)
-
-
-def _int_bounds(schema: dict[str, Any]) -> tuple[int | None, int | None]:
-    """The whole numbers a schema's bounds admit, as (lowest, highest); None: unbounded."""
-    def num(key: str) -> float | None:
-        v = schema.get(key)
-        return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
-
-    lows, highs = [], []
-    if (lo := num("minimum")) is not None:
-        strict = schema.get("exclusiveMinimum") is True  # draft 4
-        lows.append(math.floor(lo) + 1 if strict and lo == math.floor(lo) else math.ceil(lo))
-    if (hi := num("maximum")) is not None:
-        strict = schema.get("exclusiveMaximum") is True
-        highs.append(math.ceil(hi) - 1 if strict and hi == math.ceil(hi) else math.floor(hi))
-    if (xlo := num("exclusiveMinimum")) is not None:
-        lows.append(math.floor(xlo) + 1)
-    if (xhi := num("exclusiveMaximum")) is not None:
-        highs.append(math.ceil(xhi) - 1)
-    return (max(lows) if lows else None), (min(highs) if highs else None)
-
-
-def number_bounds(schema: dict[str, Any]) -> str | None:
-    """The anchored pattern of a bounded ``integer`` / ``number`` schema (None: no bounds
-    or another type); a ValueError when the bounds admit nothing or cannot be written."""
-    kind = schema.get("type")
-    bounded = any(k in schema for k in ("minimum", "maximum", "exclusiveMinimum",
-                                        "exclusiveMaximum")) or schema.get("$places")
-    if kind not in ("integer", "number") or not bounded:
-        return None
-    if kind == "integer":
-        lo_i, hi_i = _int_bounds(schema)
-        return integer_pattern(lo_i, hi_i)
-    lo_v, hi_v = schema.get("minimum"), schema.get("maximum")
-    xlo, xhi = schema.get("exclusiveMinimum"), schema.get("exclusiveMaximum")
-    lo = decimal(lo_v) if lo_v is not None else None
-    hi = decimal(hi_v) if hi_v is not None else None
-    lo_strict = hi_strict = False
-    if isinstance(xlo, bool):
-        lo_strict = xlo
-    elif xlo is not None and (lo is None or decimal(xlo) >= lo):
-        lo, lo_strict = decimal(xlo), True
-    if isinstance(xhi, bool):
-        hi_strict = xhi
-    elif xhi is not None and (hi is None or decimal(xhi) <= hi):
-        hi, hi_strict = decimal(xhi), True
-    return number_pattern(lo, lo_strict, hi, hi_strict, schema.get("$places"))
 
 
 def _json_type(value: Any) -> str:

@@ -16,7 +16,9 @@ A schema whose bounds cannot be written within those caps is a ``ValueError``.
 
 from __future__ import annotations
 
+import math
 from decimal import Decimal, InvalidOperation
+from typing import Any
 
 INT_DIGITS = 15  # an integer's digits when nothing bounds it (a double's exact range)
 NUMBER_INT_DIGITS = 9  # a number's integer-part digits when nothing bounds them
@@ -243,3 +245,50 @@ def number_pattern(lo: Decimal | None, lo_strict: bool, hi: Decimal | None, hi_s
     if not kept:
         raise ValueError(f"no number with at most {r} decimals lies between {lo} and {hi}")
     return "^(" + "|".join(kept) + ")$"
+
+
+def int_bounds(schema: dict[str, Any]) -> tuple[int | None, int | None]:
+    """The whole numbers a schema's bounds admit, as (lowest, highest); None: unbounded."""
+    def num(key: str) -> float | None:
+        v = schema.get(key)
+        return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+    lows, highs = [], []
+    if (lo := num("minimum")) is not None:
+        strict = schema.get("exclusiveMinimum") is True  # draft 4
+        lows.append(math.floor(lo) + 1 if strict and lo == math.floor(lo) else math.ceil(lo))
+    if (hi := num("maximum")) is not None:
+        strict = schema.get("exclusiveMaximum") is True
+        highs.append(math.ceil(hi) - 1 if strict and hi == math.ceil(hi) else math.floor(hi))
+    if (xlo := num("exclusiveMinimum")) is not None:
+        lows.append(math.floor(xlo) + 1)
+    if (xhi := num("exclusiveMaximum")) is not None:
+        highs.append(math.ceil(xhi) - 1)
+    return (max(lows) if lows else None), (min(highs) if highs else None)
+
+
+def number_bounds(schema: dict[str, Any]) -> str | None:
+    """The anchored pattern of a bounded ``integer`` / ``number`` schema (None: no bounds
+    or another type); a ValueError when the bounds admit nothing or cannot be written."""
+    kind = schema.get("type")
+    bounded = any(k in schema for k in ("minimum", "maximum", "exclusiveMinimum",
+                                        "exclusiveMaximum")) or schema.get("$places")
+    if kind not in ("integer", "number") or not bounded:
+        return None
+    if kind == "integer":
+        lo_i, hi_i = int_bounds(schema)
+        return integer_pattern(lo_i, hi_i)
+    lo_v, hi_v = schema.get("minimum"), schema.get("maximum")
+    xlo, xhi = schema.get("exclusiveMinimum"), schema.get("exclusiveMaximum")
+    lo = decimal(lo_v) if lo_v is not None else None
+    hi = decimal(hi_v) if hi_v is not None else None
+    lo_strict = hi_strict = False
+    if isinstance(xlo, bool):
+        lo_strict = xlo
+    elif xlo is not None and (lo is None or decimal(xlo) >= lo):
+        lo, lo_strict = decimal(xlo), True
+    if isinstance(xhi, bool):
+        hi_strict = xhi
+    elif xhi is not None and (hi is None or decimal(xhi) <= hi):
+        hi, hi_strict = decimal(xhi), True
+    return number_pattern(lo, lo_strict, hi, hi_strict, schema.get("$places"))
