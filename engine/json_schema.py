@@ -481,7 +481,10 @@ class _Localizer:
             cls = jsonschema.validators.validator_for(context, jsonschema.Draft202012Validator)
             check = cls({**context, **rest}, format_checker=cls.FORMAT_CHECKER)
             kept = [v for v in listed if check.is_valid(v)]
-        except Exception:
+        except Exception:  # a reference or keyword the validator cannot read
+            # the values cannot be checked against the keywords beside them: not exact
+            self.loose(f"{where}.enum", "listed values beside keywords they cannot be "
+                       "checked against")
             return out
         if not kept:
             raise Unsatisfiable(f"{where}: no listed value matches the schema")
