@@ -1,19 +1,23 @@
 """Render Hugging Face chat templates in a sandboxed Jinja environment.
 
 Semantics follow ``transformers``' ``apply_chat_template``: ``trim_blocks`` and
-``lstrip_blocks``, the ``loopcontrols`` extension, ``raise_exception``,
+``lstrip_blocks``, the ``loopcontrols`` extension, the ``{% generation %}`` tag,
+``raise_exception``,
 ``strftime_now`` and a ``tojson`` that keeps non-ASCII text and key order.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from functools import lru_cache
-from typing import Any
+from typing import Any, ClassVar
 
 import jinja2
+import jinja2.ext
+import jinja2.nodes
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 
@@ -27,6 +31,8 @@ def _raise_exception(message: str) -> None:
 
 def _tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None,
             separators: tuple[str, str] | None = None, sort_keys: bool = False) -> str:
+    if isinstance(value, Iterator):  # a filter's generator (``tools | map(...)``): its items
+        value = list(value)
     return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent,
                       separators=separators, sort_keys=sort_keys)
 
@@ -35,10 +41,30 @@ def _strftime_now(fmt: str) -> str:
     return datetime.now().strftime(fmt)
 
 
+_READS_FUNCTIONS = re.compile(r"[{(+~,]\s*functions\s*[-}+~)|]")  # the variable, not the word
+
+
+class _Generation(jinja2.ext.Extension):
+    """transformers' ``{% generation %}...{% endgeneration %}``: marks the assistant's own
+    text (for training masks) and renders its body as it is."""
+
+    tags: ClassVar[set[str]] = {"generation"}
+
+    def parse(self, parser: Any) -> Any:
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+        call = self.call_method("_render", [])
+        return jinja2.nodes.CallBlock(call, [], [], body).set_lineno(lineno)
+
+    def _render(self, caller: Any) -> str:
+        return str(caller())
+
+
 @lru_cache(maxsize=8)
 def _compile(source: str) -> jinja2.Template:
     env = ImmutableSandboxedEnvironment(
-        trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
+        trim_blocks=True, lstrip_blocks=True,
+        extensions=["jinja2.ext.loopcontrols", _Generation])
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = _strftime_now
@@ -51,13 +77,15 @@ def _compile(source: str) -> jinja2.Template:
 LATE_SYSTEM_PROBE = "late-system-probe-8f2c"
 
 
-def fold_late_system(messages: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+def fold_late_system(messages: Sequence[Mapping[str, Any]], leading: bool = False
+                     ) -> list[Mapping[str, Any]]:
     """Messages with every system message after the first non-system one folded into a
     user turn: the next user message (before its text), else the last earlier one (after
-    its text), else a user message of its own. Leading system messages stay."""
+    its text), else a user message of its own. Leading system messages stay (``leading``:
+    they are folded too, for a template with no system role)."""
     out: list[Mapping[str, Any]] = []
     pending: list[str] = []  # late system texts waiting for the next user message
-    started = False
+    started = leading
     for m in messages:
         role = m.get("role")
         if role == "system" and started and isinstance(m.get("content"), str):
@@ -88,6 +116,7 @@ class ChatTemplate:
         # OpenAI's "developer" role is the system role for templates that predate it
         self.knows_developer = "developer" in source
         self._takes_late_system: bool | None = None
+        self._takes_system: bool | None = None
 
     @property
     def takes_late_system(self) -> bool:
@@ -104,20 +133,46 @@ class ChatTemplate:
             self._takes_late_system = LATE_SYSTEM_PROBE in text
         return self._takes_late_system
 
+    @property
+    def takes_system(self) -> bool:
+        """Whether the template renders a system message at all (Gemma 2's raises): when
+        it does not, system text goes into the first user turn, as llama.cpp does."""
+        if self._takes_system is None:
+            try:
+                self._render([{"role": "system", "content": "s"},
+                              {"role": "user", "content": "u"}], None, True, {})
+                self._takes_system = True
+            except TemplateError:
+                self._takes_system = False
+        return self._takes_system
+
     def render(self, messages: Sequence[Mapping[str, Any]], *,
                tools: Sequence[Mapping[str, Any]] | None = None,
                add_generation_prompt: bool = True, **extra: Any) -> str:
         if not self.knows_developer:
             messages = [{**m, "role": "system"} if m.get("role") == "developer" else m
                         for m in messages]
-        if not self.takes_late_system:
+        if not self.takes_system:
+            messages = fold_late_system(messages, leading=True)
+        elif not self.takes_late_system:
             messages = fold_late_system(messages)
         return self._render(messages, tools, add_generation_prompt, extra)
+
+    def _adapted(self, tools: Sequence[Mapping[str, Any]] | None) -> dict[str, Any]:
+        """Variables some templates read that transformers does not pass (they fail there):
+        FireFunction's ``functions`` (the tools' JSON) and ``datetime``, as llama.cpp's
+        chat layer gives them."""
+        if not _READS_FUNCTIONS.search(self.source):
+            return {}
+        return {"functions": json.dumps([t.get("function", t) for t in tools or []],
+                                        indent=2, ensure_ascii=False) if tools else "",
+                "datetime": datetime.now().strftime("%b %d %Y %H:%M:%S GMT")}
 
     def _render(self, messages: Sequence[Mapping[str, Any]],
                 tools: Sequence[Mapping[str, Any]] | None, add_generation_prompt: bool,
                 extra: dict[str, Any]) -> str:
         context = {
+            **self._adapted(tools),
             **extra,
             "messages": messages,
             "tools": tools,

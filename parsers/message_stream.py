@@ -180,9 +180,9 @@ class MessageStream:
         return self._record(out)
 
     def finish(self, reason: str | None = None) -> MessageDelta:
-        """The rest of the answer; ``reason`` (the engine's finish reason) is for
-        subclasses that check the whole answer (``api/chat/answer_check.py``)."""
-        del reason
+        """The rest of the answer; ``reason``: the engine's finish reason (a section of calls
+        cut off by "length" is incomplete; subclasses that check the whole answer,
+        ``api/chat/answer_check.py``, read it too)."""
         if self.harmony is not None:
             return self._record(self.harmony.finish())
         out = MessageDelta()
@@ -190,6 +190,9 @@ class MessageStream:
             out.reasoning += self.buf
         elif self.state == self.CONTENT:
             out.content += self.buf if self.started or not self.skip_ws else self.buf.lstrip()
+        elif self.state == self.CALL and self.layout.block_start:
+            self._section(out, self.block + self.buf, complete=not self.layout.block_end
+                          and reason != "length")
         elif self.state == self.CALL:
             self.block += self.buf
             self._scan_arguments(out)
@@ -220,7 +223,7 @@ class MessageStream:
             assert lay.reasoning_end is not None
             i = self.buf.find(lay.reasoning_end)
             if i >= 0:
-                out.reasoning += self._strip_opener(self.buf[:i])
+                out.reasoning += self._strip_opener(self.buf[:i].rstrip())
                 self.buf = self.buf[i + len(lay.reasoning_end):]
                 self.state, self.skip_ws, self.started = self.CONTENT, True, False
                 return True
@@ -228,20 +231,24 @@ class MessageStream:
             if not self.started and lay.reasoning_start and lay.reasoning_start.startswith(
                     self.buf.lstrip()):
                 return False  # maybe the opener, still arriving
-            out.reasoning += self._strip_opener(self.buf[: len(self.buf) - keep])
-            self.buf = self.buf[len(self.buf) - keep:]
+            body = self.buf[: len(self.buf) - keep]
+            trailing = len(body) - len(body.rstrip())  # dropped if the end marker follows
+            if trailing > MAX_HELD_SPACE:
+                trailing = 0
+            out.reasoning += self._strip_opener(body[: len(body) - trailing])
+            self.buf = self.buf[len(body) - trailing:]
             return False
         if self.state == self.CONTENT:
             return self._content(out)
         if self.state == self.CALL:
             return self._call(out)
         if self.state == self.AFTER_CALLS:
-            rest = self.buf.lstrip()
-            if lay.call_start and rest.startswith(lay.call_start):
-                self.buf = rest[len(lay.call_start):]
+            rest, start = self.buf.lstrip(), lay.block_start or lay.call_start
+            if start and rest.startswith(start):
+                self.buf = rest[len(start):]
                 self.state, self.block, self.scanned = self.CALL, "", 0
                 return True
-            if lay.call_start and lay.call_start.startswith(rest):
+            if start and start.startswith(rest):
                 self.buf = rest
                 return False
             self.buf = ""  # text after the tool calls is not part of the message
@@ -280,7 +287,7 @@ class MessageStream:
                 return True
             if self.bare_json and "```".startswith(head):
                 return False  # empty so far, or maybe a code fence
-        start = lay.call_start
+        start = lay.block_start or lay.call_start
         if start:
             i = self.buf.find(start)
             if i >= 0:
@@ -302,6 +309,8 @@ class MessageStream:
         return False
 
     def _call(self, out: MessageDelta) -> bool:
+        if self.layout.block_start:
+            return self._block(out)
         end = self.layout.call_end
         assert end is not None
         self.block += self.buf
@@ -326,6 +335,33 @@ class MessageStream:
         self.buf = self.block[i + len(end):]
         self.block, self.scanned, self.state = "", 0, self.AFTER_CALLS
         return True
+
+    def _block(self, out: MessageDelta) -> bool:
+        """A section of calls: collected until its end marker (or the end of the answer),
+        then read whole with the tool_calls schema."""
+        end = self.layout.block_end
+        self.block += self.buf
+        self.buf = ""
+        i = self.block.find(end, max(0, self.scanned - len(end) + 1)) if end else -1
+        if i < 0:
+            self.scanned = len(self.block)
+            return False
+        self.buf = self.block[i + len(end or ""):]
+        self._section(out, self.block[:i], complete=True)
+        self.block, self.scanned, self.state = "", 0, self.AFTER_CALLS
+        return True
+
+    def _section(self, out: MessageDelta, inner: str, complete: bool) -> None:
+        lay = self.layout
+        text = f"{lay.block_start}{inner}{lay.block_end or ''}"
+        items = apply_schema(lay.calls_schema or {}, text)
+        calls = [c for c in map(self._tool_call, items if isinstance(items, list) else [])
+                 if c is not None]
+        if not calls:  # not calls after all: the text as it is, never nothing
+            out.content += f"{lay.block_start}{inner}"
+            return
+        for call in calls:
+            self._whole(out, call, complete=complete)
 
     def _announce(self, out: MessageDelta) -> None:
         """Open the call once its name can be read from the block's head."""
@@ -426,9 +462,16 @@ class MessageStream:
         if not isinstance(item, dict):
             return None
         fn = item.get("function", item)
-        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+        if not isinstance(fn, dict):
             return None
-        name, args = fn["name"], fn.get("arguments", fn.get("parameters", {}))
+        name = fn.get("name", fn.get("tool_name"))  # Command R's key
+        args = fn.get("arguments", fn.get("parameters", {}))
+        if name is None and len(fn) == 1:  # Apertus: {NAME: arguments}
+            name, args = next(iter(fn.items()))
+            if name not in self.tools:
+                return None
+        if not isinstance(name, str):
+            return None
         if isinstance(args, str):
             try:
                 args = json_text.loads(args) if args.strip() else {}

@@ -4,7 +4,8 @@
 value comes from the parent's text through ``x-regex`` (the first group, or a dict
 of named groups, or the whole match), ``x-regex-iterator`` (an array of matches),
 ``x-regex-key-value`` (an object from ``key``/``value`` named groups) and
-``x-parser: "json"``; without any of them a property sees its parent's text (or,
+``x-parser: "json"``; ``x-regex`` beside an iterator narrows the text the iterator splits
+(a family's section of calls); without any of them a property sees its parent's text (or,
 when the parent is already an object, its own key). Then ``const``, type
 coercion and ``required`` (a missing required property makes the object None).
 
@@ -41,10 +42,7 @@ def _extract(schema: dict[str, Any], value: Any) -> Any:
     """The raw value of this node, before coercion (None: absent)."""
     if not isinstance(value, str):
         return value
-    if "x-regex-iterator" in schema:
-        rx = _compile(schema["x-regex-iterator"])
-        return [m.group(1) if rx.groups else m.group(0) for m in rx.finditer(value)] or None
-    if "x-regex" in schema:
+    if "x-regex" in schema:  # narrows the text first (an iterator then splits what it found)
         m = _compile(schema["x-regex"]).search(value)
         if m is None:
             return None
@@ -52,6 +50,9 @@ def _extract(schema: dict[str, Any], value: Any) -> Any:
             value = {k: v for k, v in m.groupdict().items() if v is not None}
         else:
             value = m.group(1) if m.re.groups else m.group(0)
+    if "x-regex-iterator" in schema and isinstance(value, str):
+        rx = _compile(schema["x-regex-iterator"])
+        return [m.group(1) if rx.groups else m.group(0) for m in rx.finditer(value)] or None
     if "x-regex-key-value" in schema and isinstance(value, str):
         rx = _compile(schema["x-regex-key-value"])
         return {m.group("key"): m.group("value") for m in rx.finditer(value)}
@@ -158,6 +159,13 @@ class StreamLayout:
     # (gpt-oss's channels, parsers/harmony.py), "gemma4" (its call values, parsers/gemma4.py)
     family: str | None = None
     markers: tuple[str, ...] = ()  # more control tokens the parser must see as text
+    # a section of calls (tool_calls' own x-regex): parsed whole once it closes, with the
+    # tool_calls schema; block_end None: the section runs to the end of the answer
+    block_start: str | None = None
+    block_end: str | None = None
+    calls_schema: dict[str, Any] | None = None
+    name: str | None = None  # the built-in family (parsers/families.py); None: a config's
+    shape: Any = None  # its parsers.call_shape.CallShape: how a forced call is written
 
 
 def _literal_runs(items: list[Any]) -> list[tuple[int, str]]:
@@ -238,6 +246,11 @@ def stream_layout(schema: dict[str, Any]) -> StreamLayout:
         if r_end is None:
             raise SchemaError("cannot tell where reasoning ends from its x-regex")
     calls = props.get("tool_calls", {})
+    if "x-regex" in calls:
+        b_start, b_end = _section(calls["x-regex"])
+        family, markers = _family(None, r_start, None)
+        return StreamLayout(r_start, r_end, family=family, markers=markers,
+                            block_start=b_start, block_end=b_end, calls_schema=calls)
     if "x-regex-iterator" in calls:
         call_regex = calls["x-regex-iterator"]
         items = list(sre_parse.parse(call_regex))
@@ -252,12 +265,29 @@ def stream_layout(schema: dict[str, Any]) -> StreamLayout:
             c_start = _first_literal(inner)
         if not c_end and runs and runs[-1][0] == len(inner):
             c_end = runs[-1][1].strip() or None  # the group ends with a literal
+        if c_start in (None, "{", "["):  # no markup: bare JSON calls (Llama 3)
+            return StreamLayout(r_start, r_end)
         if not c_start or not c_end:
             raise SchemaError("tool_calls x-regex-iterator needs literal start and end markers")
         call_schema = calls.get("items", {})
     family, markers = _family(call_regex, r_start, call_schema)
     return StreamLayout(r_start, r_end, c_start, c_end, call_regex, call_schema, family,
                         markers)
+
+
+def _section(regex: str) -> tuple[str, str | None]:
+    """Where a section of calls starts (the literal before its group, else the group's
+    first) and ends (the literal after it; None: the end of the answer)."""
+    items = list(sre_parse.parse(regex))
+    g = _group_index(items)
+    if g is None:
+        raise SchemaError("tool_calls x-regex needs a capture group")
+    runs = _literal_runs(items[:g])
+    start = runs[-1][1].strip() if runs and runs[-1][0] == g else None
+    start = start or _first_literal(list(items[g][1][3]))
+    if not start:
+        raise SchemaError("tool_calls x-regex needs a literal start marker")
+    return start, _first_literal(items[g + 1:])
 
 
 HARMONY_MARKERS = ("<|start|>", "<|channel|>", "<|message|>", "<|constrain|>", "<|end|>")

@@ -87,9 +87,9 @@ CASES = [
     # Qwen3.5: <think> and XML calls
     Case("qwen3.5 think then content", "qwen3.5-0.8b",
          "<think>\nThe user greets me.\n</think>\n\nHello!",
-         reasoning="The user greets me.\n", content="Hello!"),
+         reasoning="The user greets me.", content="Hello!"),
     Case("qwen3.5 opener in the prompt", "qwen3.5-0.8b",
-         "Short thought.\n</think>\n\nHi there.", reasoning="Short thought.\n",
+         "Short thought.\n</think>\n\nHi there.", reasoning="Short thought.",
          content="Hi there.", in_reasoning=True),
     Case("qwen3.5 cut off mid reasoning", "qwen3.5-0.8b",
          "<think>\nLet me think about this for a wh", reasoning="Let me think about this for a wh"),
@@ -97,7 +97,7 @@ CASES = [
          "<think>\nNeed weather.\n</think>\n\n<tool_call>\n<function=get_weather>\n"
          "<parameter=city>\nParis\n</parameter>\n<parameter=days>\n3\n</parameter>\n"
          "<parameter=metric>\ntrue\n</parameter>\n</function>\n</tool_call>",
-         reasoning="Need weather.\n",
+         reasoning="Need weather.",
          calls=[("get_weather", {"city": "Paris", "days": 3, "metric": True})], tools=WEATHER),
     Case("qwen3.5 content then call", "qwen3.5-0.8b",
          "Checking.\n\n<tool_call>\n<function=get_weather>\n<parameter=city>\nNew York\n"

@@ -23,6 +23,7 @@ from engine.grammar import (
     xml_tool_call_grammar,
 )
 from engine.grammar_gemma4 import gemma4_answer_grammar, gemma4_call_grammar
+from engine.grammar_shapes import shaped_call_grammar
 from parsers.response_schema import StreamLayout
 
 
@@ -150,7 +151,7 @@ def build_grammar(rules: OutputRules, layout: StreamLayout, in_reasoning: bool
                        rules.json_schema, rules.json_mode, rules.strict, layout.call_start,
                        layout.call_end,
                        _json_calls(layout), layout.reasoning_end if in_reasoning else None,
-                       layout.family],
+                       layout.family, layout.name],
                       sort_keys=True)
     key = hashlib.blake2b(text.encode(), digest_size=16).digest()
     with _built_lock:
@@ -179,6 +180,12 @@ def _build(rules: OutputRules, layout: StreamLayout, in_reasoning: bool) -> Gram
                                      after=layout.reasoning_end if in_reasoning else None)
     if rules.tools and (forced or rules.choice == "auto"):
         tools = [t for t in rules.tools if rules.function in (None, t["function"]["name"])]
+        shape = layout.shape
+        if shape is not None and (forced or shape.marker):
+            # the family's own markup (parsers/families.py); a named function is one call
+            return shaped_call_grammar(
+                tools, shape, parallel=rules.parallel and rules.choice != "function",
+                lazy=not forced, after=layout.reasoning_end if forced and in_reasoning else None)
         if layout.call_start and layout.call_end:
             build = tool_call_grammar if _json_calls(layout) else xml_tool_call_grammar
             if layout.family == "gemma4":

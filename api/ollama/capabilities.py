@@ -26,7 +26,9 @@ def capabilities(state: ModelState) -> list[str]:
     if not model.embedding_only:
         out.append("completion")
         source = state.template.source if state.template is not None else ""
-        if "tools" in source:
+        lay = state.layout
+        if "tools" in source and (lay.call_start or lay.block_start or lay.shape
+                                  or not state.model_config.response_schema):
             out.append("tools")
         if model.fim_tokens() is not None:
             out.append("insert")

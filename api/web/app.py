@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -19,6 +21,7 @@ from starlette.routing import Route, WebSocketRoute
 from api.anthropic.routes import count_tokens, create_message
 from api.batch.routes import BATCH_ROUTES
 from api.batch.runner import BatchService
+from api.ollama.capabilities import capabilities
 from api.ollama.routes import OLLAMA_ROUTES
 from api.openai.chat import create_chat_completion
 from api.openai.completions import create_completion
@@ -40,17 +43,30 @@ from api.web.state import ModelState, ServerState
 from engine.config import Config, ModelConfig
 from engine.handle import ModelHandle
 from parsers.chat_template import ChatTemplate, TemplateError
+from parsers.families import detect
 from parsers.response_schema import SchemaError, StreamLayout, stream_layout
 
+log = logging.getLogger("llamaserve.models")
 
-def load_layout(cfg: ModelConfig) -> StreamLayout:
+
+def load_layout(cfg: ModelConfig, template: str | None = None) -> StreamLayout:
+    """The markup the parser and the grammars read: the config's ``response_schema``, else
+    the family its chat template writes (``parsers/families.py``), else plain content."""
     schema = cfg.response_schema
-    if not schema:
-        return StreamLayout()  # everything the model writes is content
-    try:
-        return stream_layout(schema)
-    except SchemaError as exc:
-        raise ValueError(f"model.response_schema: {exc}") from exc
+    if schema:
+        try:
+            return stream_layout(schema)
+        except SchemaError as exc:
+            raise ValueError(f"model.response_schema: {exc}") from exc
+    family = detect(template)
+    if family is None:
+        log.info("%s: no known tool-call or reasoning markup in its chat template: "
+                 "everything it writes is content (model.response_schema can describe it)",
+                 cfg.served_name())
+        return StreamLayout()
+    log.info("%s: chat template of the %s family (%s): reasoning and tool calls read from "
+             "its markup", cfg.served_name(), family.name, family.models)
+    return replace(stream_layout(family.schema), name=family.name, shape=family.shape)
 
 
 def marker_tokens(model: ModelHandle, layout: StreamLayout) -> frozenset[int]:
@@ -58,7 +74,7 @@ def marker_tokens(model: ModelHandle, layout: StreamLayout) -> frozenset[int]:
     tokens, such as end-of-turn, never reach the text)."""
     ids = set()
     for marker in (layout.reasoning_start, layout.reasoning_end, layout.call_start,
-                   layout.call_end, *layout.markers):
+                   layout.call_end, layout.block_start, layout.block_end, *layout.markers):
         if marker:
             for token in model.tokenize(marker, add_special=False, parse_special=True):
                 if not model.piece(token) and model.piece(token, special=True):
@@ -75,7 +91,9 @@ async def list_models(request: Request) -> Response:
         if state is not None:
             model = state.model
             meta.update(n_ctx=model.n_ctx, n_ctx_seq=model.n_ctx_seq,
-                        n_seq_max=model.n_seq_max)
+                        n_seq_max=model.n_seq_max, capabilities=capabilities(state))
+            if state.layout.name:  # the family read from its chat template
+                meta["family"] = state.layout.name
             media = model.media
             if media is not None:
                 meta["input_modalities"] = ["text", *(["image"] if media.vision else []),
@@ -167,8 +185,9 @@ def model_state(server: ServerState, cfg: ModelConfig, model: ModelHandle) -> Mo
     client = EngineClient(model, workers=s.prepare_workers, max_queue=s.max_queue,
                           request_timeout=s.request_timeout, max_buffered=s.max_buffered_steps,
                           clamp_max_tokens=s.clamp_max_tokens)
-    state = ModelState(server, cfg, client, template=load_template(cfg, model),
-                       layout=load_layout(cfg))
+    template = load_template(cfg, model)
+    state = ModelState(server, cfg, client, template=template,
+                       layout=load_layout(cfg, template.source if template else None))
     model.render_special(marker_tokens(model, state.layout))
     _ = state.media_policy  # a bad model.mtmd domain or network fails the load here
     return state

@@ -1,0 +1,125 @@
+"""Tool calls in a model family's own markup, as a grammar: the literal pieces a
+``parsers.call_shape.CallShape`` names around each call's name and its arguments (JSON of
+the tool's parameters, or key/value markup whose string values are written bare).
+
+    section_open call (separator call)* section_close
+    call ::= call_open NAME name_close ARGS call_close
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from engine.grammar import (
+    Grammar,
+    GrammarError,
+    _after,
+    _converter,
+    _gbnf_literal,
+    _grammar,
+    _local,
+    _tools_error,
+    _trigger,
+    _visit,
+    _xml_string,
+    is_strict,
+    tool_parameters,
+)
+from engine.json_schema import SchemaSet
+
+
+class Shape(Protocol):
+    call_open: str
+    name_close: str
+    call_close: str
+    section_open: str
+    section_close: str
+    separator: str
+    key_open: str
+    key_close: str
+    value_close: str
+
+    @property
+    def marker(self) -> str: ...
+
+
+def shaped_call_grammar(tools: list[dict[str, Any]], shape: Shape, *, parallel: bool,
+                        lazy: bool, after: str | None = None) -> Grammar:
+    """One call (or, ``parallel``, several) of ``tools`` in ``shape``. ``lazy``: free text
+    until the family's marker, then the calls (``tool_choice: auto``); ``after``: the
+    reasoning end the calls follow when the prompt opened a reasoning block."""
+    try:
+        return _shaped(tools, shape, parallel=parallel, lazy=lazy, after=after)
+    except GrammarError as exc:
+        raise _tools_error(exc) from None
+
+
+def _text_rule(value_close: str) -> str:
+    """A bare string value: any text that cannot start the markup closing it."""
+    if value_close.startswith("\n<"):
+        return '([^\\n] | "\\n" [^<])*'
+    if value_close.startswith("<"):
+        return "[^<]*"
+    return "[^\\n]*"
+
+
+def _shaped(tools: list[dict[str, Any]], shape: Shape, *, parallel: bool, lazy: bool,
+            after: str | None) -> Grammar:
+    conv, schemas = _converter(), SchemaSet()
+    if shape.key_open:
+        conv._add_rule("xml-text", _text_rule(shape.value_close))
+        conv._add_rule("xml-any-parameter", f"{_gbnf_literal(shape.key_open)} "
+                       f"[A-Za-z0-9_.-]+ {_gbnf_literal(shape.key_close)} xml-text "
+                       f"{_gbnf_literal(shape.value_close)}")
+    alternatives = []
+    for i, (tool, params) in enumerate(zip(tools, tool_parameters(tools), strict=True)):
+        name = tool["function"]["name"]
+        local = _local(schemas, params, f"tools.{name}.parameters", is_strict(tool))
+        if shape.key_open:
+            args = _key_values(conv, schemas, shape, local, i)
+        else:
+            args = _visit(conv, schemas.root(local), f"fn{i}-args")
+        head = _gbnf_literal(f"{shape.call_open}{name}{shape.name_close}")
+        tail = _gbnf_literal(shape.call_close) if shape.call_close else ""
+        alternatives.append(conv._add_rule(f"fn{i}", f"{head} {args} {tail}".strip()))
+    conv._add_rule("call", " | ".join(alternatives))
+    if not shape.marker and not shape.separator:
+        parallel = False  # a bare JSON call (Llama 3): an answer holds one
+    sep = _gbnf_literal(shape.separator) if shape.separator else ""
+    calls = f"call ({sep} call)*" if parallel else "call"
+    opening = shape.section_open.lstrip()  # leading space: already written before a trigger
+    body = " ".join(p for p in (_gbnf_literal(opening) if opening else "", calls,
+                                _gbnf_literal(shape.section_close) if shape.section_close
+                                else "") if p)
+    if shape.section_open != opening:
+        body = f'" "? {body}'
+    if after is not None:
+        conv._add_rule("root", _after(after, f"({body})"))
+        return _grammar(conv, schemas, (_trigger(after),))
+    conv._add_rule("root", body)
+    return _grammar(conv, schemas, (_trigger(shape.marker),) if lazy and shape.marker else ())
+
+
+def _key_values(conv: Any, schemas: SchemaSet, shape: Shape, local: Any, i: int) -> str:
+    """A call's arguments as key/value markup: declared parameters in order (required
+    ones always, optional ones may be left out); with no declared parameters and an open
+    schema, any."""
+    parts = []
+    props = local.get("properties") if isinstance(local, dict) else None
+    required = set(local.get("required", [])) if isinstance(local, dict) else set()
+    for j, (key, spec) in enumerate((props or {}).items()):
+        target = spec
+        if "$ref" in spec:
+            target = schemas.defs.get(spec["$ref"].rsplit("/", 1)[-1], {})
+        kind = target.get("type")
+        value = _xml_string(conv, target, f"fn{i}-p{j}-value") \
+            if kind in (None, "string") or isinstance(kind, list) else \
+            _visit(conv, schemas.root(spec), f"fn{i}-p{j}-value")
+        key_text = _gbnf_literal(shape.key_open + key + shape.key_close)
+        rule = conv._add_rule(f"fn{i}-p{j}",
+                              f"{key_text} {value} {_gbnf_literal(shape.value_close)}")
+        parts.append(rule if key in required else f"{rule}?")
+    closed = isinstance(local, dict) and local.get("additionalProperties") is False
+    if not props and not closed:
+        parts.append("xml-any-parameter*")
+    return " ".join(parts) or '""'

@@ -1,0 +1,51 @@
+"""How a model family writes its tool calls, as literal text around each call's name and
+arguments: the one description the forced-call grammar (``engine/grammar_shapes.py``)
+and the tests' renderings are built from.
+
+    section_open  call_open NAME name_close ARGS call_close
+                  [separator call_open NAME name_close ARGS call_close ...]  section_close
+
+ARGS is one JSON object, or (``key_open`` set) key/value markup: for each argument
+``key_open KEY key_close VALUE value_close``, a string value written bare, any other as
+JSON.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class CallShape:
+    call_open: str
+    name_close: str
+    call_close: str
+    section_open: str = ""
+    section_close: str = ""
+    separator: str = ""
+    key_open: str = ""  # set: arguments as key/value markup, else one JSON object
+    key_close: str = ""
+    value_close: str = ""
+
+    @property
+    def marker(self) -> str:
+        """The text that starts the calls (a lazy grammar's trigger; "" when the family
+        writes a bare JSON object)."""
+        head = (self.section_open or self.call_open).strip()
+        return "" if head.startswith("{") else head
+
+    def render(self, calls: list[tuple[str, dict[str, Any]]]) -> str:
+        """The text of ``calls`` (name, arguments) as the family writes them."""
+        parts = []
+        for name, args in calls:
+            if self.key_open:
+                body = "".join(
+                    f"{self.key_open}{key}{self.key_close}"
+                    f"{value if isinstance(value, str) else json.dumps(value)}"
+                    f"{self.value_close}" for key, value in args.items())
+            else:
+                body = json.dumps(args, ensure_ascii=False)
+            parts.append(f"{self.call_open}{name}{self.name_close}{body}{self.call_close}")
+        return f"{self.section_open}{self.separator.join(parts)}{self.section_close}"

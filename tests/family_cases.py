@@ -1,0 +1,254 @@
+"""llama.cpp's parse expectations for each model family (``tests/test-chat.cpp`` in the
+vendored sources: a template, the text a model writes after its prompt, the tools offered,
+and the content, reasoning and calls expected), ported as data: tests/test_families.py
+runs them through the parser alone and through the server on tiny models carrying each
+template (the text forced by a ``grammar``).
+
+``thinking``: the ``enable_thinking`` the case was written for (None: not set), which
+decides whether the template's prompt opens the reasoning block itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+SPECIAL = {"type": "function", "function": {
+    "name": "special_function", "description": "I'm special",
+    "parameters": {"type": "object", "properties": {"arg1": {"type": "integer"}},
+                   "required": ["arg1"]}}}
+OPTIONAL = {"type": "function", "function": {
+    "name": "special_function_with_opt", "description": "I'm special but have optional args",
+    "parameters": {"type": "object", "properties": {"arg1": {"type": "integer"},
+                                                    "arg2": {"type": "integer"}},
+                   "required": ["arg1"]}}}
+GET_TIME = {"type": "function", "function": {
+    "name": "get_time", "description": "Get the current time in a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                   "required": ["city"]}}}
+EMPTY = {"type": "function", "function": {
+    "name": "empty_args", "description": "A tool that takes no arguments",
+    "parameters": {"type": "object", "properties": {}}}}
+TOOLS = {t["function"]["name"]: t for t in (SPECIAL, OPTIONAL, GET_TIME, EMPTY)}
+
+HELLO = "Hello, world!\nWhat's up?"  # test-chat.cpp's message_assist
+THOUGHT = "I'm\nthinking"  # its message_assist_thoughts
+CALL = ("special_function", {"arg1": 1})  # its message_assist_call
+JSON_CALL = '{"name": "special_function", "arguments": {"arg1": 1}}'
+
+
+@dataclass(frozen=True)
+class ParseCase:
+    template: str  # a file of llama.cpp's models/templates/
+    text: str  # what the model writes after the prompt
+    content: str = ""
+    reasoning: str = ""
+    calls: tuple[tuple[str, dict[str, Any]], ...] = ()
+    thinking: bool | None = None
+    tools: tuple[str, ...] = field(default=("special_function",))
+
+    @property
+    def id(self) -> str:
+        what = "+".join(k for k, v in (("reasoning", self.reasoning), ("content", self.content),
+                                       ("calls", self.calls)) if v) or "empty"
+        return f"{self.template.removesuffix('.jinja')}:{what}:{len(self.text)}"
+
+    def body_tools(self) -> list[dict[str, Any]]:
+        return [TOOLS[name] for name in self.tools]
+
+
+CASES = [
+    # Hermes / Qwen2.5 / Qwen3 / QwQ: <tool_call> JSON </tool_call>, <think>
+    ParseCase("Qwen-Qwen2.5-7B-Instruct.jinja", f"<tool_call>\n{JSON_CALL}\n</tool_call>",
+              calls=(CALL,)),
+    ParseCase("NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use.jinja",
+              f"{HELLO}<tool_call>\n{JSON_CALL}</tool_call>", content=HELLO, calls=(CALL,)),
+    ParseCase("NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja",
+              f"<tool_call>\n{JSON_CALL}\n</tool_call>", calls=(CALL,)),
+    ParseCase("MiMo-VL.jinja", f"<tool_call>\n{JSON_CALL}\n</tool_call>", calls=(CALL,)),
+    ParseCase("Qwen-QwQ-32B.jinja", "Let me think about this...\n</think>\nThe answer is 42.",
+              content="The answer is 42.", reasoning="Let me think about this...",
+              thinking=True),
+    ParseCase("Qwen-Qwen3-0.6B.jinja", f"<think>\n{THOUGHT}\n</think>\n\n{HELLO}",
+              content=HELLO, reasoning=THOUGHT),
+    ParseCase("ibm-granite-granite-4.0.jinja", f"<tool_call>\n{JSON_CALL}\n</tool_call>",
+              calls=(CALL,)),
+    # Qwen3-Coder / Qwen3.5 / Nemotron 3: XML calls
+    ParseCase("Qwen3-Coder.jinja", "<tool_call>\n<function=special_function>\n"
+              "<parameter=arg1>\n1\n</parameter>\n</function>\n</tool_call>", calls=(CALL,)),
+    ParseCase("Qwen3.5-4B.jinja", f"{THOUGHT}\n</think>\n\n{HELLO}", content=HELLO,
+              reasoning=THOUGHT, thinking=True),
+    ParseCase("NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.jinja", f"{THOUGHT}\n</think>\n{HELLO}",
+              content=HELLO, reasoning=THOUGHT, thinking=True),
+    # Seed-OSS
+    ParseCase("ByteDance-Seed-OSS.jinja",
+              "<seed:think>I'm thinking about the answer</seed:think>\nHello, world!",
+              content="Hello, world!", reasoning="I'm thinking about the answer"),
+    ParseCase("ByteDance-Seed-OSS.jinja", "<seed:tool_call>\n<function=special_function>\n"
+              "<parameter=arg1>1</parameter>\n</function>\n</seed:tool_call>", calls=(CALL,)),
+    # GLM 4.6 / 4.7
+    ParseCase("GLM-4.6.jinja", "<tool_call>special_function\n<arg_key>arg1</arg_key>\n"
+              "<arg_value>1</arg_value>\n</tool_call>", calls=(CALL,)),
+    ParseCase("GLM-4.7-Flash.jinja", f"{THOUGHT}</think>{HELLO}", content=HELLO,
+              reasoning=THOUGHT, thinking=True),
+    ParseCase("GLM-4.7-Flash.jinja", "<tool_call>special_function<arg_key>arg1</arg_key>"
+              "<arg_value>1</arg_value></tool_call>", calls=(CALL,), thinking=False),
+    # MiniMax M2
+    ParseCase("MiniMax-M2.jinja", f"{THOUGHT}\n</think>\n\n{HELLO}", content=HELLO,
+              reasoning=THOUGHT, thinking=True),
+    ParseCase("MiniMax-M2.jinja", "Let's call a tool:\n</think>\n\n<minimax:tool_call>\n"
+              '<invoke name="empty_args">\n</invoke>\n</minimax:tool_call>',
+              reasoning="Let's call a tool:", calls=(("empty_args", {}),), thinking=True,
+              tools=("empty_args",)),
+    ParseCase("MiniMax-M2.jinja", '\n</think>\n\n<minimax:tool_call>\n<invoke name='
+              '"special_function">\n<parameter name="arg1">1</parameter>\n</invoke>\n'
+              "</minimax:tool_call>", calls=(CALL,)),
+    # Kimi K2
+    ParseCase("moonshotai-Kimi-K2.jinja", "<|tool_calls_section_begin|><|tool_call_begin|>"
+              "functions.special_function:0<|tool_call_argument_begin|>{\"arg1\": 1}"
+              "<|tool_call_end|><|tool_calls_section_end|>", calls=(CALL,)),
+    ParseCase("Kimi-K2-Thinking.jinja", "<think>I'm thinking about this</think>"
+              "<|tool_calls_section_begin|><|tool_call_begin|>functions.special_function:0"
+              "<|tool_call_argument_begin|>{\"arg1\": 1}<|tool_call_end|>"
+              "<|tool_calls_section_end|>", reasoning="I'm thinking about this",
+              calls=(CALL,)),
+    ParseCase("Kimi-K2-Thinking.jinja", f"{HELLO}<|tool_calls_section_begin|>"
+              "<|tool_call_begin|>functions.special_function:0<|tool_call_argument_begin|>"
+              "{\"arg1\": 1}<|tool_call_end|><|tool_calls_section_end|>", content=HELLO,
+              calls=(CALL,)),
+    # DeepSeek V3.1 and R1 (its distills open the reasoning in the prompt)
+    ParseCase("deepseek-ai-DeepSeek-V3.1.jinja", "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>"
+              "get_time<｜tool▁sep｜>{\"city\": \"XYZCITY\"}<｜tool▁call▁end｜>"
+              "<｜tool▁calls▁end｜>",
+              calls=(("get_time", {"city": "XYZCITY"}),), thinking=False, tools=("get_time",)),
+    ParseCase("deepseek-ai-DeepSeek-V3.1.jinja", f"{THOUGHT}</think>{HELLO}", content=HELLO,
+              reasoning=THOUGHT, thinking=True),
+    ParseCase("deepseek-ai-DeepSeek-R1-Distill-Llama-8B.jinja", f"{THOUGHT}</think>{HELLO}",
+              content=HELLO, reasoning=THOUGHT, thinking=True),
+    ParseCase("deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja",
+              "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>special_function\n"
+              "```json\n{\"arg1\": 1}```<｜tool▁call▁end｜><｜tool▁calls▁end｜>", calls=(CALL,),
+              thinking=False),
+    # Mistral: [TOOL_CALLS]name[ARGS]{...} (Small 3.2, Devstral, Ministral), [THINK]
+    ParseCase("Mistral-Small-3.2-24B-Instruct-2506.jinja",
+              "[TOOL_CALLS]special_function[CALL_ID]123456789[ARGS]{\"arg1\": 1}",
+              calls=(CALL,)),
+    ParseCase("Mistral-Small-3.2-24B-Instruct-2506.jinja",
+              "[TOOL_CALLS]special_function[CALL_ID]000000001[ARGS]{\"arg1\": 1}"
+              "[TOOL_CALLS]special_function_with_opt[CALL_ID]000000002[ARGS]"
+              "{\"arg1\": 1, \"arg2\": 2}",
+              calls=(CALL, ("special_function_with_opt", {"arg1": 1, "arg2": 2})),
+              tools=("special_function", "special_function_with_opt")),
+    ParseCase("unsloth-mistral-Devstral-Small-2507.jinja",
+              f"{HELLO}[TOOL_CALLS]special_function[ARGS]{{\"arg1\": 1}}", content=HELLO,
+              calls=(CALL,)),
+    ParseCase("mistralai-Ministral-3-14B-Reasoning-2512.jinja",
+              f"[THINK]{THOUGHT}[/THINK]{HELLO}", content=HELLO, reasoning=THOUGHT,
+              thinking=True),
+    ParseCase("mistralai-Mistral-Nemo-Instruct-2407.jinja",
+              '[TOOL_CALLS][{"name": "special_function", "arguments": {"arg1": 1}, '
+              '"id": "123456789"}]', calls=(CALL,)),
+    ParseCase("mistralai-Mistral-Nemo-Instruct-2407.jinja", HELLO, content=HELLO),
+    # Command R7B / Cohere2: <|START_THINKING|>, <|START_ACTION|>[...]
+    ParseCase("CohereForAI-c4ai-command-r7b-12-2024-tool_use.jinja",
+              f"<|START_THINKING|>{THOUGHT}<|END_THINKING|><|START_ACTION|>[\n"
+              '    {"tool_call_id": "0", "tool_name": "special_function", '
+              '"parameters": {"arg1": 1}}\n]<|END_ACTION|>', reasoning=THOUGHT, calls=(CALL,),
+              thinking=True),
+    # Granite 3.3, Nemotron Nano v2, Apertus, Apriel, MiniMax M1: JSON lists
+    ParseCase("ibm-granite-granite-3.3-2B-Instruct.jinja", f"<think>{THOUGHT}</think>{HELLO}",
+              content=HELLO, reasoning=THOUGHT),
+    ParseCase("ibm-granite-granite-3.3-2B-Instruct.jinja", f"<|tool_call|>[{JSON_CALL}]",
+              calls=(CALL,)),
+    ParseCase("NVIDIA-Nemotron-Nano-v2.jinja",
+              f"{THOUGHT}\n</think>\n<TOOLCALL>[{JSON_CALL}]</TOOLCALL>", reasoning=THOUGHT,
+              calls=(CALL,)),
+    ParseCase("Apertus-8B-Instruct.jinja",
+              '<|tools_prefix|>[{"special_function": {"arg1": 1}}]<|tools_suffix|>',
+              calls=(CALL,)),
+    ParseCase("unsloth-Apriel-1.5.jinja", f"<tool_calls>[{JSON_CALL}]</tool_calls>",
+              calls=(CALL,)),
+    ParseCase("unsloth-Apriel-1.5.jinja", HELLO, content=HELLO),
+    ParseCase("MiniMax-M1.jinja", f"<tool_calls>\n{JSON_CALL}\n</tool_calls>", calls=(CALL,)),
+    # Functionary 3.1, Llama 3.x
+    ParseCase("meetkai-functionary-medium-v3.1.jinja",
+              '<function=special_function>{"arg1": 1}</function>', calls=(CALL,)),
+    ParseCase("meta-llama-Llama-3.1-8B-Instruct.jinja", HELLO, content=HELLO),
+    ParseCase("meta-llama-Llama-3.2-3B-Instruct.jinja",
+              '{"name": "special_function", "parameters": {"arg1": 1}}', calls=(CALL,)),
+]
+
+# the family each vendored template is read as (None: no built-in matches; its markup is
+# content until a config's response_schema describes it)
+DETECTED = {
+    "Apertus-8B-Instruct.jinja": "apertus",
+    "Apriel-1.6-15b-Thinker-fixed.jinja": "apriel",
+    "Bielik-11B-v3.0-Instruct.jinja": "hermes",
+    "ByteDance-Seed-OSS.jinja": "seed-oss",
+    "Cohere2MoE.jinja": "command-r7b",
+    "CohereForAI-c4ai-command-r-plus-tool_use.jinja": None,
+    "CohereForAI-c4ai-command-r7b-12-2024-tool_use.jinja": "command-r7b",
+    "GLM-4.6.jinja": "glm",
+    "GLM-4.7-Flash.jinja": "glm",
+    "GigaChat3-10B-A1.8B.jinja": None,
+    "GigaChat3.1-10B-A1.8B.jinja": None,
+    "HuggingFaceTB-SmolLM3-3B.jinja": None,
+    "Kimi-K2-Instruct.jinja": "kimi-k2",
+    "Kimi-K2-Thinking.jinja": "kimi-k2",
+    "Kimi-K3.jinja": None,
+    "LFM2-8B-A1B.jinja": None,
+    "LFM2.5-8B-A1B.jinja": None,
+    "LFM2.5-Instruct.jinja": None,
+    "MiMo-VL.jinja": "hermes",
+    "MiniMax-M1.jinja": "minimax-m1",
+    "MiniMax-M2.jinja": "minimax-m2",
+    "MiniMax-M3.jinja": None,
+    "Mistral-Small-3.2-24B-Instruct-2506.jinja": "mistral",
+    "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.jinja": "qwen3-xml",
+    "NVIDIA-Nemotron-Nano-v2.jinja": "nemotron-v2",
+    "NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use.jinja": "hermes",
+    "NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja": "hermes",
+    "Qwen-QwQ-32B.jinja": "hermes",
+    "Qwen-Qwen2.5-7B-Instruct.jinja": "hermes",
+    "Qwen-Qwen3-0.6B.jinja": "hermes",
+    "Qwen3-Coder.jinja": "qwen3-xml",
+    "Qwen3.5-4B.jinja": "qwen3-xml",
+    "Reka-Edge.jinja": "hermes",
+    "Spark2.5.jinja": "glm",
+    "StepFun3.5-Flash.jinja": "qwen3-xml",
+    "deepseek-ai-DeepSeek-R1-Distill-Llama-8B.jinja": "deepseek-r1",
+    "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja": "deepseek-r1",
+    "deepseek-ai-DeepSeek-V3.1.jinja": "deepseek-v3.1",
+    "deepseek-ai-DeepSeek-V3.2.jinja": None,
+    "deepseek-ai-DeepSeek-V4-Flash-0731.jinja": None,
+    "deepseek-ai-DeepSeek-V4.jinja": None,
+    "fireworks-ai-llama-3-firefunction-v2.jinja": "firefunction",
+    "google-gemma-2-2b-it.jinja": None,
+    "google-gemma-4-31B-it-interleaved.jinja": "gemma4",
+    "google-gemma-4-31B-it.jinja": "gemma4",
+    "ibm-granite-granite-3.3-2B-Instruct.jinja": "granite-3.3",
+    "ibm-granite-granite-4.0.jinja": "hermes",
+    "ibm-granite-granite-4.1.jinja": "hermes",
+    "inclusionai-ling-3.0-flash.jinja": "glm",
+    "llama-cpp-deepseek-r1.jinja": "deepseek-r1",
+    "llama-cpp-rwkv-world.jinja": None,
+    "meetkai-functionary-medium-v3.1.jinja": "functionary-3.1",
+    "meetkai-functionary-medium-v3.2.jinja": None,
+    "meta-llama-Llama-3.1-8B-Instruct.jinja": "llama3",
+    "meta-llama-Llama-3.2-3B-Instruct.jinja": "llama3",
+    "meta-llama-Llama-3.3-70B-Instruct.jinja": "llama3",
+    "microsoft-Phi-3.5-mini-instruct.jinja": None,
+    "mistralai-Ministral-3-14B-Reasoning-2512.jinja": "mistral",
+    "mistralai-Mistral-Nemo-Instruct-2407.jinja": "mistral-nemo",
+    "moonshotai-Kimi-K2.jinja": "kimi-k2",
+    "muse-glimmer.jinja": None,
+    "openai-gpt-oss-120b.jinja": "gpt-oss",
+    "openbmb-MiniCPM5-1B.jinja": None,
+    "poolside-Laguna-S-2.1.jinja": "glm",
+    "poolside-Laguna-XS-2.1.jinja": "glm",
+    "poolside-Laguna-XS.2.jinja": "glm",
+    "tencent-Hy3.jinja": None,
+    "unsloth-Apriel-1.5.jinja": "apriel",
+    "unsloth-mistral-Devstral-Small-2507.jinja": "mistral",
+    "upstage-Solar-Open-100B.jinja": None,
+}
