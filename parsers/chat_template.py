@@ -13,7 +13,7 @@ import re
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from functools import lru_cache
-from typing import Any, ClassVar
+from typing import Any
 
 import jinja2
 import jinja2.ext
@@ -48,7 +48,7 @@ class _Generation(jinja2.ext.Extension):
     """transformers' ``{% generation %}...{% endgeneration %}``: marks the assistant's own
     text (for training masks) and renders its body as it is."""
 
-    tags: ClassVar[set[str]] = {"generation"}
+    tags = {"generation"}  # noqa: RUF012  (jinja2.ext.Extension declares it so)
 
     def parse(self, parser: Any) -> Any:
         lineno = next(parser.stream).lineno
