@@ -81,14 +81,18 @@ def check(argv: list[str]) -> int:
                   "(fetched from the Hugging Face Hub at start; not checked offline)")
             return None
 
+    templates: dict[int, str] = {}  # each served model's GGUF chat template
     try:
         for what, cfg in models:
             found = local(what, cfg.path, cfg.from_pretrained, "model.path")
             if found is not None:
                 facts = ", ".join(f"{k} {v}" for k, v in model_summary(found).items())
                 print(f"{what}: {found}: {facts}")
+                template = gguf_template(found) if what.startswith("model") else None
+                if template is not None:
+                    templates[id(cfg)] = template
         for m in config.all_models:
-            print(check_chat_setup(m))
+            print(check_chat_setup(m, templates.get(id(m))))
             if m.mtmd is not None:
                 from engine.media.projector import projector_inputs
 
@@ -118,11 +122,25 @@ def check(argv: list[str]) -> int:
     return 0
 
 
-def check_chat_setup(m: ModelConfig) -> str:
+def gguf_template(path: str) -> str | None:
+    """The chat template a GGUF carries (None: none, or a header this reader cannot read:
+    llama.cpp's own check above has the last word)."""
+    from engine.gguf_file import read_header
+
+    try:
+        value = read_header(path).metadata.get("tokenizer.chat_template")
+    except (OSError, ValueError, EOFError):
+        return None
+    return value if isinstance(value, str) else None
+
+
+def check_chat_setup(m: ModelConfig, gguf_chat_template: str | None = None) -> str:
     """The config's own chat template and response schema (when it sets them): the
     template renders a conversation with a tool call and its result, and the schema gives
-    the markers the parser and the grammars use. Raises ValueError naming the field."""
+    the markers the parser and the grammars use; without a schema, the model family its
+    template's markup is (``parsers/families.py``). Raises ValueError naming the field."""
     from parsers.chat_template import ChatTemplate, TemplateError
+    from parsers.families import detect
     from parsers.response_schema import SchemaError, stream_layout
 
     name, said = m.served_name(), []
@@ -152,6 +170,12 @@ def check_chat_setup(m: ModelConfig) -> str:
         marks = [f"{a}...{b}" for a, b in ((layout.reasoning_start, layout.reasoning_end),
                                             (layout.call_start, layout.call_end)) if a and b]
         said.append("response schema reads " + (", ".join(marks) or "plain content"))
+    elif m.chat_template or gguf_chat_template:
+        family = detect(m.chat_template or gguf_chat_template)
+        said.append(f"reasoning and tool calls read as the {family.name} family "
+                    f"({family.models})" if family is not None else
+                    "no known reasoning or tool-call markup in its chat template: "
+                    "everything it writes is content (model.response_schema can say it)")
     return f"{name}: " + ("; ".join(said) if said else "the GGUF's chat template (read at start)")
 
 

@@ -239,7 +239,7 @@ FAMILIES: tuple[Family, ...] = (
                     "items": _item(r"^([^>]+)>", _json_args(r"^[^>]+>(.*)$"))},
                    "<function=", None),
            CallShape("<function=", ">", "</function>")),
-    Family("hermes", "Qwen2.5, Qwen3, QwQ, Hermes 2 Pro / 3, SmolLM3, Granite 4, MiMo",
+    Family("hermes", "Qwen2.5, Qwen3, QwQ, Hermes 2 Pro / 3, Granite 4, MiMo-VL, Bielik, Reka",
            ("<tool_call>",),
            _schema({"type": "array", "x-regex-iterator": r"<tool_call>\s*(.+?)\s*</tool_call>",
                     "items": _HERMES_ITEM}, "<tool_call>"), excludes=("minimax",)),

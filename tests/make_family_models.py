@@ -106,3 +106,23 @@ def server_config(family: str, **model: object) -> dict[str, object]:
               "n_ctx": 4096, "n_seq_max": 4, "threads": 2, "threads_batch": 2,
               "n_gpu_layers": 0, "flash_attn": False, **model})
     return cfg
+
+
+def template_model_path(template_name: str) -> Path:
+    stem = template_name.removesuffix(".jinja")
+    return cache_dir() / "test-models" / "templates" / f"tiny-{stem}.gguf"
+
+
+def write_template_model(template_name: str) -> Path:
+    """The tiny SmolLM2-tokenizer llama with one of llama.cpp's vendored templates
+    (tests/llama_templates.py) as its ``tokenizer.chat_template``: a GGUF of that family
+    as llamaserve finds it with ``-m`` alone (its markup is text to this tokenizer)."""
+    from llama_templates import template
+
+    path = template_model_path(template_name)
+    if path.exists():
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    kv = dict(read_tokenizer_kv(fetch("smollm2")))
+    kv["tokenizer.chat_template"] = KV(STRING, template(template_name))
+    return write_tiny_model(path, tokenizer_from="smollm2", tokenizer=kv)

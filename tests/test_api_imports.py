@@ -14,7 +14,8 @@ imports included) may import from ``engine`` only these modules:
   budget and the tokens that close it); pure Python.
 - ``engine.grammar``: the pure grammar builders ``api/chat/tools.py`` turns tools and
   response formats into, and ``GrammarError`` (no llama.cpp state: the bindings' pure-Python
-  schema converter only); ``engine.grammar_gemma4``, the same for Gemma 4's call markup.
+  schema converter only); ``engine.grammar_gemma4`` and ``engine.grammar_shapes``, the
+  same for Gemma 4's call markup and for the other families' (parsers/families.py).
 
 Anything else (``engine.core``, ``engine.runner``, ``engine.media.projector`` ...) holds
 llama.cpp state or the engine thread's internals; reaching it from ``api/`` would tie the
@@ -29,7 +30,8 @@ from pathlib import Path
 from conftest import ROOT
 
 ALLOWED = frozenset({"engine.handle", "engine.config", "engine.request", "engine.media.spans",
-                     "engine.grammar", "engine.grammar_gemma4", "engine.sampling.reasoning"})
+                     "engine.grammar", "engine.grammar_gemma4", "engine.grammar_shapes",
+                     "engine.sampling.reasoning"})
 
 
 def engine_imports(path: Path) -> list[tuple[int, str]]:

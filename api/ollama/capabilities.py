@@ -27,8 +27,10 @@ def capabilities(state: ModelState) -> list[str]:
         out.append("completion")
         source = state.template.source if state.template is not None else ""
         lay = state.layout
-        if "tools" in source and (lay.call_start or lay.block_start or lay.shape
-                                  or not state.model_config.response_schema):
+        # call markup (a config's schema or the family read from the template), or a
+        # template that takes tools and no schema saying it writes none
+        if lay.call_start or lay.block_start or lay.name or (
+                "tools" in source and not state.model_config.response_schema):
             out.append("tools")
         if model.fim_tokens() is not None:
             out.append("insert")

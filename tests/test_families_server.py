@@ -1,0 +1,217 @@
+"""Every model family with ``-m`` alone, through the real server and the OpenAI SDK (issue
+46): one tiny random-weight GGUF per llama.cpp template (tests/make_family_models.py), its
+config nothing but the file, all served by one server (several models).
+
+- llama.cpp's parse expectations (tests/family_cases.py): the model is made to write the
+  case's text by a ``grammar`` (llama-server's field), and the answer must come back as
+  the case's content, reasoning and calls, streamed and not;
+- per family: ``tool_choice: required`` and a named tool give valid calls in the family's
+  markup, ``json_schema`` gives valid JSON, and a thinking budget closes the reasoning of
+  a family whose prompt opens it. Nothing but the grammar and the budget guide a random
+  model, so every seeded answer must be valid.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import jsonschema
+import pytest
+from family_cases import CASES, DETECTED, ParseCase
+from make_family_models import write_template_model
+from openai import OpenAI
+
+from conftest import ServerProcess, start_server
+from engine.grammar import _gbnf_literal
+
+# one template per family for the plan checks (a forced call, JSON, a budget)
+FAMILY_TEMPLATES = {
+    "hermes": "Qwen-Qwen3-0.6B.jinja", "qwen3-xml": "Qwen3.5-4B.jinja",
+    "seed-oss": "ByteDance-Seed-OSS.jinja", "glm": "GLM-4.7-Flash.jinja",
+    "minimax-m2": "MiniMax-M2.jinja", "minimax-m1": "MiniMax-M1.jinja",
+    "kimi-k2": "Kimi-K2-Thinking.jinja", "deepseek-v3.1": "deepseek-ai-DeepSeek-V3.1.jinja",
+    "deepseek-r1": "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja",
+    "mistral": "mistralai-Ministral-3-14B-Reasoning-2512.jinja",
+    "mistral-nemo": "mistralai-Mistral-Nemo-Instruct-2407.jinja",
+    "command-r7b": "CohereForAI-c4ai-command-r7b-12-2024-tool_use.jinja",
+    "granite-3.3": "ibm-granite-granite-3.3-2B-Instruct.jinja",
+    "nemotron-v2": "NVIDIA-Nemotron-Nano-v2.jinja", "apertus": "Apertus-8B-Instruct.jinja",
+    "apriel": "unsloth-Apriel-1.5.jinja", "firefunction":
+        "fireworks-ai-llama-3-firefunction-v2.jinja",
+    "functionary-3.1": "meetkai-functionary-medium-v3.1.jinja",
+    "llama3": "meta-llama-Llama-3.2-3B-Instruct.jinja",
+}
+WEATHER = {"type": "object", "properties": {
+    "city": {"type": "string", "enum": ["Paris", "Rome", "Oslo"]},
+    "days": {"type": "integer", "minimum": 1, "maximum": 7},
+    "note": {"type": "string", "maxLength": 6}}, "required": ["city", "days"]}
+TIME = {"type": "object", "properties": {"zone": {"const": "UTC"}}, "required": ["zone"]}
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather.",
+                                           "parameters": WEATHER}},
+         {"type": "function", "function": {"name": "get_time", "description": "Time.",
+                                           "parameters": TIME}}]
+SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
+ANSWER = {"type": "object", "properties": {"answer": {"type": "string", "maxLength": 12},
+                                           "level": {"enum": ["low", "high"]}},
+          "required": ["answer", "level"], "additionalProperties": False}
+BUDGET = 10
+MAX_TOKENS = 200
+# a forced call or a JSON answer after reasoning the prompt opened: a budget keeps the
+# random model's thinking short (without one it would get half of max_tokens)
+THINK = {"thinking_budget_tokens": 24}
+
+
+def alias(template: str) -> str:
+    return template.removesuffix(".jinja")
+
+
+TEMPLATES = sorted({c.template for c in CASES} | set(FAMILY_TEMPLATES.values()))
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    models = [{"alias": alias(t), "path": str(write_template_model(t)), "n_ctx": 4096,
+               "n_seq_max": 2, "threads": 2, "threads_batch": 2, "n_gpu_layers": 0,
+               "flash_attn": False} for t in TEMPLATES]
+    srv = start_server({"server": {"max_loaded_models": 40}, "models": models},
+                       tmp_path_factory.mktemp("families"))
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="module")
+def client(server: ServerProcess) -> OpenAI:
+    return OpenAI(base_url=server.base_url, api_key="x", max_retries=0, timeout=120)
+
+
+def ask(client: OpenAI, model: str, stream: bool, **body: Any) -> tuple[dict[str, Any], str]:
+    """The answer's message (content, reasoning_content, tool_calls) and finish reason."""
+    body = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 400, **body}
+    extra = {k: body.pop(k) for k in ("grammar", "chat_template_kwargs",
+                                      "thinking_budget_tokens") if k in body}
+    if not stream:
+        r = client.chat.completions.create(model=model, extra_body=extra, **body)
+        m = r.choices[0].message
+        calls = [{"name": c.function.name, "arguments": c.function.arguments}
+                 for c in m.tool_calls or []]
+        return {"content": m.content or "", "reasoning_content":
+                (m.model_extra or {}).get("reasoning_content") or "",
+                "tool_calls": calls}, str(r.choices[0].finish_reason)
+    content, reasoning, finish = "", "", ""
+    parts: dict[int, dict[str, str]] = {}
+    for chunk in client.chat.completions.create(model=model, extra_body=extra, stream=True,
+                                                **body):
+        for choice in chunk.choices:
+            d = choice.delta
+            content += d.content or ""
+            reasoning += (d.model_extra or {}).get("reasoning_content") or ""
+            for c in d.tool_calls or []:
+                entry = parts.setdefault(c.index, {"name": "", "arguments": ""})
+                entry["name"] += (c.function.name or "") if c.function else ""
+                entry["arguments"] += (c.function.arguments or "") if c.function else ""
+            finish = choice.finish_reason or finish
+    return {"content": content, "reasoning_content": reasoning,
+            "tool_calls": [parts[i] for i in sorted(parts)]}, str(finish)
+
+
+def thinking(case: ParseCase) -> dict[str, Any]:
+    if case.thinking is None:
+        return {}
+    return {"chat_template_kwargs": {"enable_thinking": case.thinking}}
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_llama_cpp_parse_expectations_through_the_server(client: OpenAI, case: ParseCase,
+                                                          stream: bool) -> None:
+    message, finish = ask(client, alias(case.template), stream, tools=case.body_tools(),
+                          grammar=f"root ::= {_gbnf_literal(case.text)}", **thinking(case))
+    assert (message["reasoning_content"], message["content"]) == \
+        (case.reasoning, case.content)
+    assert [(c["name"], json.loads(c["arguments"])) for c in message["tool_calls"]] == \
+        list(case.calls)
+    assert finish == ("tool_calls" if case.calls else "stop")
+
+
+def test_models_report_their_family(server: ServerProcess) -> None:
+    r = httpx.get(server.base_url + "/models", timeout=30).json()
+    loaded = {m["id"]: m["meta"] for m in r["data"] if m["meta"].get("loaded")}
+    assert loaded, r
+    for name, meta in loaded.items():
+        assert meta.get("family") == DETECTED[f"{name}.jinja"], (name, meta)
+        assert "tools" in meta["capabilities"]
+
+
+def markup(family: str) -> list[str]:
+    from parsers.families import by_name
+    from parsers.response_schema import stream_layout
+
+    lay = stream_layout(by_name(family).schema)
+    return [m for m in (lay.call_start, lay.call_end, lay.block_start, lay.block_end,
+                        lay.reasoning_end) if m]
+
+
+def check_calls(family: str, message: dict[str, Any], finish: str, named: str | None) -> None:
+    assert finish == "tool_calls" and message["tool_calls"], (message, finish)
+    for marker in markup(family):
+        assert marker not in message["content"], message
+    for call in message["tool_calls"]:
+        assert call["name"] in SCHEMAS and named in (None, call["name"]), call
+        jsonschema.validate(json.loads(call["arguments"]), SCHEMAS[call["name"]])
+
+
+FAMILIES = sorted(FAMILY_TEMPLATES)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+@pytest.mark.parametrize("family", FAMILIES)
+def test_forced_calls_are_valid_in_the_family_markup(client: OpenAI, family: str,
+                                                      stream: bool) -> None:
+    model = alias(FAMILY_TEMPLATES[family])
+    for seed in (1, 2):
+        message, finish = ask(client, model, stream, tools=TOOLS, tool_choice="required",
+                              seed=seed, temperature=1.0, parallel_tool_calls=False,
+                              max_tokens=MAX_TOKENS, **THINK)
+        check_calls(family, message, finish, None)
+        assert len(message["tool_calls"]) == 1
+    message, finish = ask(client, model, stream, tools=TOOLS, seed=3, temperature=1.0,
+                          tool_choice={"type": "function", "function": {"name": "get_time"}},
+                          max_tokens=MAX_TOKENS, **THINK)
+    check_calls(family, message, finish, "get_time")
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_json_schema_answers_are_valid(client: OpenAI, family: str) -> None:
+    fmt = {"type": "json_schema", "json_schema": {"name": "a", "schema": ANSWER,
+                                                  "strict": True}}
+    message, finish = ask(client, alias(FAMILY_TEMPLATES[family]), False, seed=4,
+                          temperature=1.0, response_format=fmt, max_tokens=MAX_TOKENS,
+                          **THINK)
+    assert finish == "stop", message
+    jsonschema.validate(json.loads(message["content"]), ANSWER)
+
+
+OPENS = [f for f in FAMILIES if f in ("qwen3-xml", "glm", "minimax-m2", "deepseek-r1",
+                                      "nemotron-v2", "deepseek-v3.1")]
+
+
+@pytest.mark.parametrize("family", OPENS)
+def test_a_thinking_budget_closes_the_family_reasoning(server: ServerProcess, client: OpenAI,
+                                                       family: str) -> None:
+    """Templates whose prompt opens the reasoning block: the budget spent, the server
+    writes the family's end of reasoning and the answer goes on as content."""
+    model = alias(FAMILY_TEMPLATES[family])
+    message, _ = ask(client, model, False, seed=5, temperature=1.0, max_tokens=60,
+                     thinking_budget_tokens=BUDGET,
+                     chat_template_kwargs={"enable_thinking": True})
+    assert message["reasoning_content"], message
+    tokens = httpx.post(f"{server.base_url}/tokenize", json={
+        "model": model, "prompt": message["reasoning_content"], "add_special": False},
+        timeout=30).json()["tokens"]
+    assert len(tokens) <= BUDGET + 2, message  # (+2: a token may split at the edges)
+    assert message["content"], message  # the reasoning was closed: what follows is content
+    for marker in markup(family):
+        assert marker not in message["reasoning_content"] + message["content"], message
