@@ -42,6 +42,9 @@ class Shape(Protocol):
     @property
     def marker(self) -> str: ...
 
+    @property
+    def json_key_close(self) -> str: ...
+
 
 def shaped_call_grammar(tools: list[dict[str, Any]], shape: Shape, *, parallel: bool,
                         lazy: bool, after: str | None = None) -> Grammar:
@@ -112,10 +115,11 @@ def _key_values(conv: Any, schemas: SchemaSet, shape: Shape, local: Any, i: int)
         if "$ref" in spec:
             target = schemas.defs.get(spec["$ref"].rsplit("/", 1)[-1], {})
         kind = target.get("type")
-        value = _xml_string(conv, target, f"fn{i}-p{j}-value") \
-            if kind in (None, "string") or isinstance(kind, list) else \
+        bare = kind in (None, "string") or isinstance(kind, list)
+        value = _xml_string(conv, target, f"fn{i}-p{j}-value") if bare else \
             _visit(conv, schemas.root(spec), f"fn{i}-p{j}-value")
-        key_text = _gbnf_literal(shape.key_open + key + shape.key_close)
+        close = shape.key_close if bare else shape.json_key_close
+        key_text = _gbnf_literal(shape.key_open + key + close)
         rule = conv._add_rule(f"fn{i}-p{j}",
                               f"{key_text} {value} {_gbnf_literal(shape.value_close)}")
         parts.append(rule if key in required else f"{rule}?")

@@ -28,6 +28,7 @@ class CallShape:
     key_open: str = ""  # set: arguments as key/value markup, else one JSON object
     key_close: str = ""
     value_close: str = ""
+    key_close_json: str = ""  # after the key of a value written as JSON ("": key_close)
 
     @property
     def marker(self) -> str:
@@ -36,13 +37,18 @@ class CallShape:
         head = (self.section_open or self.call_open).strip()
         return "" if head.startswith("{") else head
 
+    @property
+    def json_key_close(self) -> str:
+        return self.key_close_json or self.key_close
+
     def render(self, calls: list[tuple[str, dict[str, Any]]]) -> str:
         """The text of ``calls`` (name, arguments) as the family writes them."""
         parts = []
         for name, args in calls:
             if self.key_open:
                 body = "".join(
-                    f"{self.key_open}{key}{self.key_close}"
+                    f"{self.key_open}{key}"
+                    f"{self.key_close if isinstance(value, str) else self.json_key_close}"
                     f"{value if isinstance(value, str) else json.dumps(value)}"
                     f"{self.value_close}" for key, value in args.items())
             else:

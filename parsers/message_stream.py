@@ -191,8 +191,7 @@ class MessageStream:
         elif self.state == self.CONTENT:
             out.content += self.buf if self.started or not self.skip_ws else self.buf.lstrip()
         elif self.state == self.CALL and self.layout.block_start:
-            self._section(out, self.block + self.buf, complete=not self.layout.block_end
-                          and reason != "length")
+            self._section(out, self.block + self.buf, complete=reason != "length")
         elif self.state == self.CALL:
             self.block += self.buf
             self._scan_arguments(out)

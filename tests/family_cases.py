@@ -13,6 +13,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from llama_templates import template
+
+from parsers.chat_template import ChatTemplate
+from parsers.families import Family, detect
+from parsers.template_probe import derive
+
 SPECIAL = {"type": "function", "function": {
     "name": "special_function", "description": "I'm special",
     "parameters": {"type": "object", "properties": {"arg1": {"type": "integer"}},
@@ -176,7 +182,44 @@ CASES = [
     ParseCase("meta-llama-Llama-3.1-8B-Instruct.jinja", HELLO, content=HELLO),
     ParseCase("meta-llama-Llama-3.2-3B-Instruct.jinja",
               '{"name": "special_function", "parameters": {"arg1": 1}}', calls=(CALL,)),
+    # no built-in family: markup derived from the template (parsers/template_probe.py)
+    ParseCase("deepseek-ai-DeepSeek-V3.2.jinja", f"{THOUGHT}</think>{HELLO}", content=HELLO,
+              reasoning=THOUGHT, thinking=True),
+    ParseCase("deepseek-ai-DeepSeek-V3.2.jinja", "Let me check the time</think>\n\n"
+              "<｜DSML｜function_calls>\n<｜DSML｜invoke name=\"get_time\">\n"
+              '<｜DSML｜parameter name="city" string="true">Tokyo</｜DSML｜parameter>\n'
+              "</｜DSML｜invoke>\n</｜DSML｜function_calls>", reasoning="Let me check the time",
+              calls=(("get_time", {"city": "Tokyo"}),), thinking=True, tools=("get_time",)),
+    ParseCase("deepseek-ai-DeepSeek-V3.2.jinja", "<｜DSML｜function_calls>\n"
+              '<｜DSML｜invoke name="special_function">\n<｜DSML｜parameter name="arg1" '
+              'string="false">1</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜function_calls>',
+              calls=(CALL,), thinking=False),
+    ParseCase("deepseek-ai-DeepSeek-V4.jinja", "Let me check the time</think>\n\n"
+              "<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"get_time\">\n"
+              '<｜DSML｜parameter name="city" string="true">Tokyo</｜DSML｜parameter>\n'
+              "</｜DSML｜invoke>\n</｜DSML｜tool_calls>", reasoning="Let me check the time",
+              calls=(("get_time", {"city": "Tokyo"}),), thinking=True, tools=("get_time",)),
+    ParseCase("deepseek-ai-DeepSeek-V4-Flash-0731.jinja", "<｜DSML｜tool_calls>\n"
+              '<｜DSML｜invoke name="special_function">\n<｜DSML｜parameter name="arg1" '
+              'string="false">1</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>',
+              calls=(CALL,), thinking=False),
+    ParseCase("openbmb-MiniCPM5-1B.jinja", '<function name="empty_args"></function>',
+              calls=(("empty_args", {}),), thinking=False, tools=("empty_args",)),
+    ParseCase("openbmb-MiniCPM5-1B.jinja", "I'm thinking</think><function name="
+              '"special_function"><param name="arg1">1</param></function>',
+              reasoning="I'm thinking", calls=(CALL,), thinking=True),
 ]
+
+# the templates no built-in family matches whose markup is derived from the template
+# (parsers/template_probe.py), each with the markers found: (reasoning end, calls start)
+DERIVED = {
+    "deepseek-ai-DeepSeek-V3.2.jinja": ("</think>", "<｜DSML｜function_calls>"),
+    "deepseek-ai-DeepSeek-V4.jinja": ("</think>", "<｜DSML｜tool_calls>"),
+    "deepseek-ai-DeepSeek-V4-Flash-0731.jinja": ("</think>", "<｜DSML｜tool_calls>"),
+    "openbmb-MiniCPM5-1B.jinja": ("</think>", '<function name="'),
+    "tencent-Hy3.jinja": ("</think:opensource>", "<tool_calls:opensource>"),
+    "upstage-Solar-Open-100B.jinja": (None, "<|tool_calls|>"),
+}
 
 # the family each vendored template is read as (None: no built-in matches; its markup is
 # content until a config's response_schema describes it)
@@ -252,3 +295,11 @@ DETECTED = {
     "unsloth-mistral-Devstral-Small-2507.jinja": "mistral",
     "upstage-Solar-Open-100B.jinja": None,
 }
+
+
+def family_of(name: str) -> Family:
+    """The built-in family a template is, else the one derived from it (as the server
+    picks it)."""
+    family = detect(template(name)) or derive(ChatTemplate(template(name), "<s>", "</s>")).family
+    assert family is not None, name
+    return family

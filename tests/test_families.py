@@ -16,7 +16,7 @@ from typing import Any
 import jsonschema
 import numpy as np
 import pytest
-from family_cases import CASES, DETECTED, TOOLS, ParseCase
+from family_cases import CASES, DERIVED, DETECTED, TOOLS, ParseCase, family_of
 from grammar_walk import GrammarWalker
 from llama_templates import all_templates, template
 
@@ -26,6 +26,7 @@ from parsers.chat_template import ChatTemplate, TemplateError
 from parsers.families import FAMILIES, by_name, detect
 from parsers.message_stream import MessageDelta, MessageStream
 from parsers.response_schema import StreamLayout, stream_layout
+from parsers.template_probe import derive
 
 WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
     "type": "object", "properties": {
@@ -40,9 +41,7 @@ WALK_TOOLS = [WEATHER, TIME]
 
 
 def layout_of(name: str) -> StreamLayout:
-    family = detect(template(name))
-    assert family is not None, name
-    return stream_layout(family.schema)
+    return stream_layout(family_of(name).schema)
 
 
 def opens_reasoning(case: ParseCase, layout: StreamLayout) -> bool:
@@ -105,10 +104,27 @@ def test_llama_cpp_parse_expectations_in_any_chunking(case: ParseCase) -> None:
         assert [(c.name, json.loads(c.arguments)) for c in got.tool_calls] == list(case.calls)
 
 
-SHAPED = [f for f in FAMILIES if f.shape is not None]
+def test_markup_is_derived_where_no_family_matches() -> None:
+    """For templates no built-in family matches, the markup is derived from the template's
+    own rendering of probe calls and kept only if that rendering reads back exactly;
+    which templates get one, and its markers."""
+    got = {}
+    for name in all_templates():
+        if detect(template(name)) is not None:
+            continue
+        family = derive(ChatTemplate(template(name), "<s>", "</s>")).family
+        if family is not None:
+            lay = stream_layout(family.schema)
+            got[name] = (lay.reasoning_end, lay.block_start or lay.call_start)
+    assert got == DERIVED
 
 
-@pytest.mark.parametrize("family", SHAPED, ids=[f.name for f in SHAPED])
+SHAPED = [f for f in FAMILIES if f.shape is not None] + [family_of(n) for n in DERIVED]
+SHAPED_IDS = [f.name for f in FAMILIES if f.shape is not None] + \
+    [f"derived:{n.removesuffix('.jinja')}" for n in DERIVED]
+
+
+@pytest.mark.parametrize("family", SHAPED, ids=SHAPED_IDS)
 def test_a_call_written_in_the_family_shape_reads_back(family: Any) -> None:
     layout = stream_layout(family.schema)
     calls = [("get_weather", {"city": "Rome", "days": 3, "note": "a b"}),
@@ -126,7 +142,7 @@ def walker() -> GrammarWalker:
     return GrammarWalker(str(model_path("smollm2")))
 
 
-@pytest.mark.parametrize("family", SHAPED, ids=[f.name for f in SHAPED])
+@pytest.mark.parametrize("family", SHAPED, ids=SHAPED_IDS)
 def test_forced_calls_written_by_the_family_grammar_are_valid(family: Any,
                                                               walker: GrammarWalker) -> None:
     """Random walks through the forced-call grammar (llama.cpp's grammar sampler over

@@ -151,7 +151,8 @@ def build_grammar(rules: OutputRules, layout: StreamLayout, in_reasoning: bool
                        rules.json_schema, rules.json_mode, rules.strict, layout.call_start,
                        layout.call_end,
                        _json_calls(layout), layout.reasoning_end if in_reasoning else None,
-                       layout.family, layout.name],
+                       layout.family, layout.name, layout.block_start, layout.block_end,
+                       repr(layout.shape)],
                       sort_keys=True)
     key = hashlib.blake2b(text.encode(), digest_size=16).digest()
     with _built_lock:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -45,28 +46,45 @@ from engine.handle import ModelHandle
 from parsers.chat_template import ChatTemplate, TemplateError
 from parsers.families import detect
 from parsers.response_schema import SchemaError, StreamLayout, stream_layout
+from parsers.template_probe import derive
 
 log = logging.getLogger("llamaserve.models")
 
 
-def load_layout(cfg: ModelConfig, template: str | None = None) -> StreamLayout:
+def load_layout(cfg: ModelConfig, template: ChatTemplate | None = None) -> StreamLayout:
     """The markup the parser and the grammars read: the config's ``response_schema``, else
-    the family its chat template writes (``parsers/families.py``), else plain content."""
+    the family its chat template writes (``parsers/families.py``), else one derived from
+    the template's own rendering of probe calls (``parsers/template_probe.py``), else
+    plain content."""
     schema = cfg.response_schema
     if schema:
         try:
             return stream_layout(schema)
         except SchemaError as exc:
             raise ValueError(f"model.response_schema: {exc}") from exc
-    family = detect(template)
-    if family is None:
-        log.info("%s: no known tool-call or reasoning markup in its chat template: "
-                 "everything it writes is content (model.response_schema can describe it)",
-                 cfg.served_name())
+    if template is None:
         return StreamLayout()
-    log.info("%s: chat template of the %s family (%s): reasoning and tool calls read from "
-             "its markup", cfg.served_name(), family.name, family.models)
-    return replace(stream_layout(family.schema), name=family.name, shape=family.shape)
+    family = detect(template.source)
+    if family is not None:
+        log.info("%s: chat template of the %s family (%s): reasoning and tool calls read "
+                 "from its markup", cfg.served_name(), family.name, family.models)
+    else:
+        derived = derive(template)
+        family = derived.family
+        if family is None:
+            log.warning("%s: no known tool-call markup in its chat template, and none could "
+                        "be derived (%s): everything it writes is content "
+                        "(model.response_schema can describe it)", cfg.served_name(),
+                        derived.why)
+            return StreamLayout()
+        log.info("%s: tool calls and reasoning read from markup derived from its chat "
+                 "template: %s", cfg.served_name(), json.dumps(family.schema))
+    try:
+        return replace(stream_layout(family.schema), name=family.name, shape=family.shape)
+    except SchemaError as exc:  # a derived schema the stream parser cannot follow
+        log.warning("%s: the markup derived from its chat template cannot be streamed "
+                    "(%s): everything it writes is content", cfg.served_name(), exc)
+        return StreamLayout()
 
 
 def marker_tokens(model: ModelHandle, layout: StreamLayout) -> frozenset[int]:
@@ -187,7 +205,7 @@ def model_state(server: ServerState, cfg: ModelConfig, model: ModelHandle) -> Mo
                           clamp_max_tokens=s.clamp_max_tokens)
     template = load_template(cfg, model)
     state = ModelState(server, cfg, client, template=template,
-                       layout=load_layout(cfg, template.source if template else None))
+                       layout=load_layout(cfg, template))
     model.render_special(marker_tokens(model, state.layout))
     _ = state.media_policy  # a bad model.mtmd domain or network fails the load here
     return state
