@@ -8,6 +8,7 @@ Semantics follow ``transformers``' ``apply_chat_template``: ``trim_blocks`` and
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 from collections.abc import Iterator, Mapping, Sequence
@@ -19,6 +20,8 @@ import jinja2
 import jinja2.ext
 import jinja2.nodes
 from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from parsers.template_adapt import Adaptations, adapt, probe
 
 
 class TemplateError(ValueError):
@@ -60,9 +63,23 @@ class _Generation(jinja2.ext.Extension):
         return str(caller())
 
 
+LIST_CHANGES = ("append", "extend", "pop", "insert")
+
+
+class _Sandbox(ImmutableSandboxedEnvironment):
+    """transformers' sandbox, but lists may change (Kimi K2's templates ``append`` to and
+    ``pop`` from theirs; llama.cpp's engine allows it, transformers' refuses): a template
+    that does gets its own copy of the conversation (``ChatTemplate._render``)."""
+
+    def is_safe_attribute(self, obj: Any, attr: str, value: Any) -> bool:
+        if isinstance(obj, list) and attr in LIST_CHANGES:
+            return True
+        return bool(super().is_safe_attribute(obj, attr, value))
+
+
 @lru_cache(maxsize=8)
 def _compile(source: str) -> jinja2.Template:
-    env = ImmutableSandboxedEnvironment(
+    env = _Sandbox(
         trim_blocks=True, lstrip_blocks=True,
         extensions=["jinja2.ext.loopcontrols", _Generation])
     env.filters["tojson"] = _tojson
@@ -117,6 +134,9 @@ class ChatTemplate:
         self.knows_developer = "developer" in source
         self._takes_late_system: bool | None = None
         self._takes_system: bool | None = None
+        self._adaptations: Adaptations | None = None
+        self._needs_tool_list: bool | None = None
+        self._changes_lists = any(f".{name}(" in source for name in LIST_CHANGES)
 
     @property
     def takes_late_system(self) -> bool:
@@ -146,12 +166,43 @@ class ChatTemplate:
                 self._takes_system = False
         return self._takes_system
 
+    @property
+    def adaptations(self) -> Adaptations:
+        """What a tool conversation as the OpenAI SDK sends it needs before this template
+        takes it (``parsers/template_adapt.py``; nothing when it takes it as sent, or when
+        nothing helps: its error is then the client's 400). Probed once."""
+        if self._adaptations is None:
+            found = probe(lambda m, tools: self._render(m, tools, True, {}), TemplateError)
+            self._adaptations = found or Adaptations()
+        return self._adaptations
+
+    @property
+    def needs_tool_list(self) -> bool:
+        """Whether the template iterates ``tools`` without checking it is given (Hermes 2
+        Pro / 3): it then gets an empty list, not None. Probed once."""
+        if self._needs_tool_list is None:
+            plain = [{"role": "user", "content": "u"}]
+            try:
+                self._render(plain, None, True, {})
+                self._needs_tool_list = False
+            except TemplateError:
+                try:
+                    self._render(plain, [], True, {})
+                    self._needs_tool_list = True
+                except TemplateError:
+                    self._needs_tool_list = False
+        return self._needs_tool_list
+
     def render(self, messages: Sequence[Mapping[str, Any]], *,
                tools: Sequence[Mapping[str, Any]] | None = None,
                add_generation_prompt: bool = True, **extra: Any) -> str:
         if not self.knows_developer:
             messages = [{**m, "role": "system"} if m.get("role") == "developer" else m
                         for m in messages]
+        if tools is None and self.needs_tool_list:
+            tools = []
+        if self.adaptations:
+            messages = adapt(messages, self.adaptations)
         if not self.takes_system:
             messages = fold_late_system(messages, leading=True)
         elif not self.takes_late_system:
@@ -174,7 +225,7 @@ class ChatTemplate:
         context = {
             **self._adapted(tools),
             **extra,
-            "messages": messages,
+            "messages": copy.deepcopy(list(messages)) if self._changes_lists else messages,
             "tools": tools,
             "add_generation_prompt": add_generation_prompt,
             "bos_token": self.bos_token,

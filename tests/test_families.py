@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from typing import Any
 
 import jsonschema
@@ -177,26 +178,78 @@ def test_lazy_family_grammar_waits_for_the_marker() -> None:
     assert rules["root"].startswith('" "? "functools["')
 
 
+WEATHER_CALL = {"id": "call_Wq8x2", "type": "function",
+                "function": {"name": "special_function", "arguments": '{"arg1": 1}'}}
 CONVERSATIONS = {
     "plain": [{"role": "user", "content": "Hi"}],
     "system": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}],
     "multi-turn": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo"},
                    {"role": "user", "content": "And?"}],
+    # as the OpenAI SDK sends a call and its result (the server parses the arguments)
+    "tool call": [{"role": "user", "content": "Call it."},
+                  {"role": "assistant", "content": None, "tool_calls": [
+                      {**WEATHER_CALL, "function": {"name": "special_function",
+                                                    "arguments": {"arg1": 1}}}]},
+                  {"role": "tool", "tool_call_id": "call_Wq8x2", "content": "done"}],
+}
+# what each template needs before it takes a tool conversation (parsers/template_adapt.py)
+ADAPTED = {
+    "Bielik-11B-v3.0-Instruct.jinja": ["empty_content"],
+    "LFM2.5-8B-A1B.jinja": ["empty_content"],
+    "Mistral-Small-3.2-24B-Instruct-2506.jinja": ["short_ids"],
+    "Qwen-QwQ-32B.jinja": ["empty_content"],
+    "Qwen-Qwen3-0.6B.jinja": ["empty_content"],
+    "deepseek-ai-DeepSeek-R1-Distill-Llama-8B.jinja": ["empty_content"],
+    "google-gemma-2-2b-it.jinja": ["tools_as_text"],
+    "ibm-granite-granite-3.3-2B-Instruct.jinja": ["empty_content"],
+    "meetkai-functionary-medium-v3.2.jinja": ["text_arguments"],
+    "microsoft-Phi-3.5-mini-instruct.jinja": ["empty_content"],
+    "mistralai-Ministral-3-14B-Reasoning-2512.jinja": ["empty_content"],
+    "mistralai-Mistral-Nemo-Instruct-2407.jinja": ["short_ids"],
+    "openai-gpt-oss-120b.jinja": ["empty_content"],
+    "unsloth-mistral-Devstral-Small-2507.jinja": ["empty_content"],
 }
 
 
-def test_every_vendored_template_renders_with_tools() -> None:
-    """Three conversations with a tool offered, on every template of llama.cpp's collection:
-    all render (``{% generation %}``, FireFunction's ``functions``, a generator given to
-    ``tojson`` included) but Command R+'s, whose tools are another shape (issue 46 part 4:
-    adapting tool calls and results as llama.cpp does is not done yet)."""
-    failed = {}
+def test_every_vendored_template_takes_the_conversations_clients_send() -> None:
+    """Four conversations, with tools offered and without, on every template of llama.cpp's
+    collection: all render, adapted where the template cannot take them as sent (null
+    content, arguments as text, Mistral's 9-character ids, tool turns as text for a template
+    without them, a ``tools`` list where the template iterates it unchecked,
+    ``{% generation %}``, FireFunction's ``functions``, a generator given to ``tojson``,
+    lists a template changes, a system message folded into the first user turn). The
+    one exception is Command R+ with tools: its template wants Cohere's own tool format
+    (``parameter_definitions``), which no adaptation gives."""
+    failed, adapted = [], {}
     for name in all_templates():
+        chat = ChatTemplate(template(name), "<s>", "</s>")
         for what, messages in CONVERSATIONS.items():
-            try:
-                ChatTemplate(template(name), "<s>", "</s>").render(
-                    messages, tools=[TOOLS["special_function"]])
-            except TemplateError as exc:
-                failed[f"{name} {what}"] = str(exc)
-    assert sorted(failed) == [f"CohereForAI-c4ai-command-r-plus-tool_use.jinja {w}"
-                              for w in sorted(CONVERSATIONS)], failed
+            for tools in (None, [TOOLS["special_function"]]):
+                try:
+                    chat.render(messages, tools=tools)
+                except TemplateError:
+                    failed.append(f"{name} {what}{' tools' if tools else ''}")
+        if chat.adaptations:
+            adapted[name] = chat.adaptations.names()
+    assert failed == [f"CohereForAI-c4ai-command-r-plus-tool_use.jinja {w} tools"
+                      for w in CONVERSATIONS], failed
+    assert adapted == ADAPTED
+
+
+def test_adapted_conversations_keep_what_the_client_said() -> None:
+    """The adaptations change the form, never the facts: Mistral's ids pair a call with its
+    result, Gemma 2 sees the call and its result as text, text arguments are the same JSON,
+    and a conversation the template takes as sent is rendered as sent."""
+    conv = CONVERSATIONS["tool call"]
+    nemo = ChatTemplate(template("mistralai-Mistral-Nemo-Instruct-2407.jinja"), "<s>", "</s>")
+    text = nemo.render(conv, tools=[TOOLS["special_function"]])
+    ids = re.findall(r'"(?:call_)?id": "(\w+)"', text)
+    assert len(ids) == 2 and ids[0] == ids[1] and len(ids[0]) == 9, text
+    gemma = ChatTemplate(template("google-gemma-2-2b-it.jinja"), "<s>", "</s>")
+    text = gemma.render(conv, tools=[TOOLS["special_function"]])
+    assert '"tool_calls": [{"name": "special_function", "arguments": {"arg1": 1}}]' in text
+    assert '"tool_response"' in text and "done" in text
+    fn = ChatTemplate(template("meetkai-functionary-medium-v3.2.jinja"), "<s>", "</s>")
+    assert '{"arg1": 1}' in fn.render(conv, tools=[TOOLS["special_function"]])
+    qwen = ChatTemplate(template("Qwen-Qwen2.5-7B-Instruct.jinja"), "<s>", "</s>")
+    assert not qwen.adaptations

@@ -22,7 +22,7 @@ import jsonschema
 import pytest
 from family_cases import CASES, DERIVED, DETECTED, ParseCase, family_of
 from make_family_models import write_template_model
-from openai import OpenAI
+from openai import BadRequestError, OpenAI
 
 from conftest import ServerProcess, start_server
 from engine.grammar import _gbnf_literal
@@ -72,7 +72,11 @@ def alias(template: str) -> str:
     return template.removesuffix(".jinja")
 
 
-TEMPLATES = sorted({c.template for c in CASES} | set(FAMILY_TEMPLATES.values()))
+# templates adapted before they take a tool conversation (tests/test_families.py ADAPTED)
+ADAPTED = ("google-gemma-2-2b-it.jinja", "meetkai-functionary-medium-v3.2.jinja",
+           "microsoft-Phi-3.5-mini-instruct.jinja", "LFM2.5-8B-A1B.jinja",
+           "poolside-Laguna-XS.2.jinja")
+TEMPLATES = sorted({c.template for c in CASES} | set(FAMILY_TEMPLATES.values()) | set(ADAPTED))
 
 
 @pytest.fixture(scope="module")
@@ -220,3 +224,28 @@ def test_a_thinking_budget_closes_the_family_reasoning(server: ServerProcess, cl
     assert message["content"], message  # the reasoning was closed: what follows is content
     for marker in markup(family):
         assert marker not in message["reasoning_content"] + message["content"], message
+
+
+def test_every_template_takes_a_tool_conversation_from_the_sdk(client: OpenAI) -> None:
+    """A call (``content: null``, arguments as JSON text, an OpenAI id) and its result, sent
+    by the OpenAI SDK to a model per template: every one answers (templates that need the
+    conversation adapted included: null content, text arguments, Mistral's ids, tool turns
+    as text, ``{% generation %}``)."""
+    messages: list[Any] = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Weather in Rome?"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_abc123def456", "type": "function",
+             "function": {"name": "get_weather", "arguments": '{"city": "Rome", "days": 2}'}}]},
+        {"role": "tool", "tool_call_id": "call_abc123def456", "content": "Sunny."},
+        {"role": "assistant", "content": "Sunny in Rome."},
+        {"role": "user", "content": "And tomorrow?"}]
+    refused = {}
+    for name in TEMPLATES:
+        try:
+            r = client.chat.completions.create(model=alias(name), messages=messages,
+                                               tools=TOOLS, max_tokens=2)
+            assert r.choices[0].finish_reason in ("length", "stop", "tool_calls"), name
+        except BadRequestError as exc:
+            refused[name] = exc.message
+    assert not refused
