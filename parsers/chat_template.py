@@ -147,7 +147,7 @@ class ChatTemplate:
                      {"role": "system", "content": LATE_SYSTEM_PROBE},
                      {"role": "user", "content": "bye"}]
             try:
-                text = self._render(probe, None, True, {})
+                text = self._render(probe, self._no_tools, True, {})
             except TemplateError:
                 text = ""
             self._takes_late_system = LATE_SYSTEM_PROBE in text
@@ -160,7 +160,7 @@ class ChatTemplate:
         if self._takes_system is None:
             try:
                 self._render([{"role": "system", "content": "s"},
-                              {"role": "user", "content": "u"}], None, True, {})
+                              {"role": "user", "content": "u"}], self._no_tools, True, {})
                 self._takes_system = True
             except TemplateError:
                 self._takes_system = False
@@ -192,6 +192,11 @@ class ChatTemplate:
                 except TemplateError:
                     self._needs_tool_list = False
         return self._needs_tool_list
+
+    @property
+    def _no_tools(self) -> list[Any] | None:
+        """What the template is given when no tools are offered."""
+        return [] if self.needs_tool_list else None
 
     def render(self, messages: Sequence[Mapping[str, Any]], *,
                tools: Sequence[Mapping[str, Any]] | None = None,

@@ -253,3 +253,29 @@ def test_adapted_conversations_keep_what_the_client_said() -> None:
     assert '{"arg1": 1}' in fn.render(conv, tools=[TOOLS["special_function"]])
     qwen = ChatTemplate(template("Qwen-Qwen2.5-7B-Instruct.jinja"), "<s>", "</s>")
     assert not qwen.adaptations
+
+
+def test_prompts_are_transformers_own_wherever_transformers_renders() -> None:
+    """The same four conversations, with and without tools, through transformers' own
+    ``render_jinja_template`` on every vendored template: wherever transformers renders one,
+    llamaserve's prompt is identical (the adaptations only apply where the template
+    refuses the conversation as sent, which transformers cannot render either)."""
+    from transformers.utils.chat_template_utils import render_jinja_template
+
+    same, differ = 0, []
+    for name in all_templates():
+        chat = ChatTemplate(template(name), "<s>", "</s>")
+        for what, messages in CONVERSATIONS.items():
+            for tools in (None, [TOOLS["special_function"]]):
+                try:
+                    theirs = render_jinja_template(
+                        conversations=[messages], tools=tools, chat_template=template(name),
+                        add_generation_prompt=True, bos_token="<s>", eos_token="</s>")[0][0]
+                except Exception:  # transformers cannot render it (adapted here)
+                    continue
+                if chat.render(messages, tools=tools) == theirs:
+                    same += 1
+                else:
+                    differ.append(f"{name} {what}{' tools' if tools else ''}")
+    assert not differ
+    assert same >= 450  # of 568: the rest transformers cannot render
