@@ -171,11 +171,23 @@ def check_chat_setup(m: ModelConfig, gguf_chat_template: str | None = None) -> s
                                             (layout.call_start, layout.call_end)) if a and b]
         said.append("response schema reads " + (", ".join(marks) or "plain content"))
     elif m.chat_template or gguf_chat_template:
-        family = detect(m.chat_template or gguf_chat_template)
-        said.append(f"reasoning and tool calls read as the {family.name} family "
-                    f"({family.models})" if family is not None else
-                    "no known reasoning or tool-call markup in its chat template: "
-                    "everything it writes is content (model.response_schema can say it)")
+        source = m.chat_template or gguf_chat_template or ""
+        family = detect(source)
+        if family is not None:
+            said.append(f"reasoning and tool calls read as the {family.name} family "
+                        f"({family.models})")
+        else:
+            from parsers.template_probe import derive
+
+            derived = derive(ChatTemplate(source))
+            if derived.family is not None:
+                lay = stream_layout(derived.family.schema)
+                said.append("tool calls read from markup derived from its chat template "
+                            f"(calls start with {lay.block_start or lay.call_start!r})")
+            else:
+                said.append(f"no tool-call markup known or derived ({derived.why}): "
+                            "everything it writes is content (model.response_schema can "
+                            "say it)")
     return f"{name}: " + ("; ".join(said) if said else "the GGUF's chat template (read at start)")
 
 

@@ -127,3 +127,7 @@ def test_check_validates_without_serving(tmp_path: Path) -> None:
     assert broken.returncode == 1 and len(broken.stderr.strip().splitlines()) == 1
     missing = check("-m", str(tmp_path / "none.gguf"))
     assert missing.returncode == 1 and "no such file" in missing.stderr
+    # -m alone: the family its chat template's markup is (issue 46)
+    family = check("-m", require_model("qwen-0.5b"))
+    assert family.returncode == 0, family.stderr
+    assert "read as the hermes family" in family.stdout
