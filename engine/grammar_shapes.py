@@ -38,12 +38,16 @@ class Shape(Protocol):
     key_open: str
     key_close: str
     value_close: str
+    json_values: bool
 
     @property
     def marker(self) -> str: ...
 
     @property
     def json_key_close(self) -> str: ...
+
+    @property
+    def pairs(self) -> bool: ...
 
 
 def shaped_call_grammar(tools: list[dict[str, Any]], shape: Shape, *, parallel: bool,
@@ -69,7 +73,7 @@ def _text_rule(value_close: str) -> str:
 def _shaped(tools: list[dict[str, Any]], shape: Shape, *, parallel: bool, lazy: bool,
             after: str | None) -> Grammar:
     conv, schemas = _converter(), SchemaSet()
-    if shape.key_open:
+    if shape.pairs:
         conv._add_rule("xml-text", _text_rule(shape.value_close))
         conv._add_rule("xml-any-parameter", f"{_gbnf_literal(shape.key_open)} "
                        f"[A-Za-z0-9_.-]+ {_gbnf_literal(shape.key_close)} xml-text "
@@ -78,7 +82,7 @@ def _shaped(tools: list[dict[str, Any]], shape: Shape, *, parallel: bool, lazy: 
     for i, (tool, params) in enumerate(zip(tools, tool_parameters(tools), strict=True)):
         name = tool["function"]["name"]
         local = _local(schemas, params, f"tools.{name}.parameters", is_strict(tool))
-        if shape.key_open:
+        if shape.pairs:
             args = _key_values(conv, schemas, shape, local, i)
         else:
             args = _visit(conv, schemas.root(local), f"fn{i}-args")
@@ -115,7 +119,7 @@ def _key_values(conv: Any, schemas: SchemaSet, shape: Shape, local: Any, i: int)
         if "$ref" in spec:
             target = schemas.defs.get(spec["$ref"].rsplit("/", 1)[-1], {})
         kind = target.get("type")
-        bare = kind in (None, "string") or isinstance(kind, list)
+        bare = (kind in (None, "string") or isinstance(kind, list)) and not shape.json_values
         value = _xml_string(conv, target, f"fn{i}-p{j}-value") if bare else \
             _visit(conv, schemas.root(spec), f"fn{i}-p{j}-value")
         close = shape.key_close if bare else shape.json_key_close

@@ -25,10 +25,11 @@ class CallShape:
     section_open: str = ""
     section_close: str = ""
     separator: str = ""
-    key_open: str = ""  # set: arguments as key/value markup, else one JSON object
+    key_open: str = ""  # key_open / key_close set: arguments as key/value markup
     key_close: str = ""
     value_close: str = ""
     key_close_json: str = ""  # after the key of a value written as JSON ("": key_close)
+    json_values: bool = False  # every value as JSON, strings quoted (Python-style calls)
 
     @property
     def marker(self) -> str:
@@ -38,6 +39,11 @@ class CallShape:
         return "" if head.startswith("{") else head
 
     @property
+    def pairs(self) -> bool:
+        """Arguments as key / value markup (else one JSON object)."""
+        return bool(self.key_open or self.key_close)
+
+    @property
     def json_key_close(self) -> str:
         return self.key_close_json or self.key_close
 
@@ -45,12 +51,14 @@ class CallShape:
         """The text of ``calls`` (name, arguments) as the family writes them."""
         parts = []
         for name, args in calls:
-            if self.key_open:
+            if self.pairs:
+                bare = [isinstance(v, str) and not self.json_values for v in args.values()]
                 body = "".join(
                     f"{self.key_open}{key}"
-                    f"{self.key_close if isinstance(value, str) else self.json_key_close}"
-                    f"{value if isinstance(value, str) else json.dumps(value)}"
-                    f"{self.value_close}" for key, value in args.items())
+                    f"{self.key_close if b else self.json_key_close}"
+                    f"{value if b else json.dumps(value, ensure_ascii=False)}"
+                    f"{self.value_close}" for (key, value), b in zip(args.items(), bare,
+                                                                      strict=True))
             else:
                 body = json.dumps(args, ensure_ascii=False)
             parts.append(f"{self.call_open}{name}{self.name_close}{body}{self.call_close}")

@@ -243,6 +243,13 @@ FAMILIES: tuple[Family, ...] = (
            ("<tool_call>",),
            _schema({"type": "array", "x-regex-iterator": r"<tool_call>\s*(.+?)\s*</tool_call>",
                     "items": _HERMES_ITEM}, "<tool_call>"), excludes=("minimax",)),
+    *(Family("lfm2", "LFM2, LFM2.5 (Python-style calls)", (signature,), _schema(
+        {"type": "array",
+         "x-regex": r"<\|tool_call_start\|>(.*?)(?:<\|tool_call_end\|>|$)",
+         "x-parser": "python-calls", "items": {"type": "object"}}, r"<\|tool_call_start\|>"),
+        CallShape("", "(", ")", "<|tool_call_start|>[", "]<|tool_call_end|>", ", ",
+                  key_close="=", value_close=", ", json_values=True))
+      for signature in ("<|tool_call_start|>", "<|tool_response_start|>")),
     # no call markup: an answer that is only a {"name", "parameters"} object is a call
     # (parsers/message_stream.py's bare JSON calls)
     Family("llama3", "Llama 3.1 / 3.2 / 3.3 (JSON calls)", ("<|start_header_id|>", "parameters"),

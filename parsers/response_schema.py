@@ -4,7 +4,8 @@
 value comes from the parent's text through ``x-regex`` (the first group, or a dict
 of named groups, or the whole match), ``x-regex-iterator`` (an array of matches),
 ``x-regex-key-value`` (an object from ``key``/``value`` named groups) and
-``x-parser: "json"``; ``x-regex`` beside an iterator narrows the text the iterator splits
+``x-parser: "json"`` (or ``"python-calls"``: ``[f(a=1), g()]``, parsers/python_calls.py);
+``x-regex`` beside an iterator narrows the text the iterator splits
 (a family's section of calls); without any of them a property sees its parent's text (or,
 when the parent is already an object, its own key). Then ``const``, type
 coercion and ``required`` (a missing required property makes the object None).
@@ -23,7 +24,7 @@ from re import _constants as sre_c  # type: ignore[attr-defined]
 from re import _parser as sre_parse  # type: ignore[attr-defined]
 from typing import Any
 
-from parsers import gemma4, json_text
+from parsers import gemma4, json_text, python_calls
 
 
 class SchemaError(ValueError):
@@ -74,8 +75,11 @@ def apply_schema(schema: dict[str, Any], value: Any) -> Any:
     raw = _extract(schema, value)
     if raw is None:
         return None
-    if schema.get("x-parser") in ("json", "gemma4-tool-call"):
-        raw = _parse_json(raw) if schema["x-parser"] == "json" else gemma4.parse_value(raw)
+    parser = schema.get("x-parser")
+    if parser in ("json", "gemma4-tool-call", "python-calls"):
+        raw = _parse_json(raw) if parser == "json" else gemma4.parse_value(raw) \
+            if parser == "gemma4-tool-call" else python_calls.parse_calls(raw) \
+            if isinstance(raw, str) else None
         if raw is None:
             return None
     kind = schema.get("type")

@@ -182,6 +182,15 @@ CASES = [
     ParseCase("meta-llama-Llama-3.1-8B-Instruct.jinja", HELLO, content=HELLO),
     ParseCase("meta-llama-Llama-3.2-3B-Instruct.jinja",
               '{"name": "special_function", "parameters": {"arg1": 1}}', calls=(CALL,)),
+    # LFM2: Python-style calls
+    ParseCase("LFM2.5-8B-A1B.jinja", "<think>I'm\nthinking</think><|tool_call_start|>"
+              "[special_function(arg1=1)]<|tool_call_end|>", reasoning=THOUGHT, calls=(CALL,)),
+    ParseCase("LFM2.5-8B-A1B.jinja", f"<think>I'm\nthinking</think>{HELLO}", content=HELLO,
+              reasoning=THOUGHT),
+    ParseCase("LFM2-8B-A1B.jinja", "<|tool_call_start|>[special_function(arg1=1), "
+              'special_function_with_opt(arg1=1, arg2=2)]<|tool_call_end|>',
+              calls=(CALL, ("special_function_with_opt", {"arg1": 1, "arg2": 2})),
+              tools=("special_function", "special_function_with_opt")),
     # no built-in family: markup derived from the template (parsers/template_probe.py)
     ParseCase("deepseek-ai-DeepSeek-V3.2.jinja", f"{THOUGHT}</think>{HELLO}", content=HELLO,
               reasoning=THOUGHT, thinking=True),
@@ -239,8 +248,8 @@ DETECTED = {
     "Kimi-K2-Instruct.jinja": "kimi-k2",
     "Kimi-K2-Thinking.jinja": "kimi-k2",
     "Kimi-K3.jinja": None,
-    "LFM2-8B-A1B.jinja": None,
-    "LFM2.5-8B-A1B.jinja": None,
+    "LFM2-8B-A1B.jinja": "lfm2",
+    "LFM2.5-8B-A1B.jinja": "lfm2",
     "LFM2.5-Instruct.jinja": None,
     "MiMo-VL.jinja": "hermes",
     "MiniMax-M1.jinja": "minimax-m1",
