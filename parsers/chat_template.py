@@ -21,7 +21,7 @@ import jinja2.ext
 import jinja2.nodes
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from parsers.template_adapt import Adaptations, adapt, probe
+from parsers.template_adapt import PROBE_TOOLS, Adaptations, adapt, probe, with_descriptions
 
 
 class TemplateError(ValueError):
@@ -136,6 +136,7 @@ class ChatTemplate:
         self._takes_system: bool | None = None
         self._adaptations: Adaptations | None = None
         self._needs_tool_list: bool | None = None
+        self._needs_descriptions: bool | None = None
         self._changes_lists = any(f".{name}(" in source for name in LIST_CHANGES)
 
     @property
@@ -194,6 +195,23 @@ class ChatTemplate:
         return self._needs_tool_list
 
     @property
+    def needs_descriptions(self) -> bool:
+        """Whether the template writes every tool's and parameter's ``description``
+        unchecked (Command R+): tools then get ``""`` where the client gave none."""
+        if self._needs_descriptions is None:
+            plain = [{"role": "user", "content": "u"}]
+            try:
+                self._render(plain, PROBE_TOOLS, True, {})
+                self._needs_descriptions = False
+            except TemplateError:
+                try:
+                    self._render(plain, with_descriptions(PROBE_TOOLS), True, {})
+                    self._needs_descriptions = True
+                except TemplateError:
+                    self._needs_descriptions = False
+        return self._needs_descriptions
+
+    @property
     def _no_tools(self) -> list[Any] | None:
         """What the template is given when no tools are offered."""
         return [] if self.needs_tool_list else None
@@ -206,6 +224,8 @@ class ChatTemplate:
                         for m in messages]
         if tools is None and self.needs_tool_list:
             tools = []
+        elif tools and self.needs_descriptions:
+            tools = with_descriptions(tools)
         if self.adaptations:
             messages = adapt(messages, self.adaptations)
         if not self.takes_system:

@@ -188,6 +188,10 @@ FAMILIES: tuple[Family, ...] = (
                    r"<\|START_ACTION\|>", ("<|START_THINKING|>", "<|END_THINKING|>")),
            _json_list_shape("<|START_ACTION|>", "<|END_ACTION|>", "tool_name", "parameters",
                             '"tool_call_id": "0", ')),
+    Family("command-r-plus", "Command R+", ("Action:", "tool_name"), _schema(
+        {"type": "array", "x-regex": r"Action:\n```json(\s*\[.*?\]\s*)(?:```|$)",
+         "x-parser": "json", "items": {"type": "object"}}, "Action:", None),
+        _json_list_shape("Action:\n```json\n", "\n```", "tool_name", "parameters")),
     Family("granite-3.3", "Granite 3.3", ("<|tool_call|>",),
            _schema(_json_list(r"<\|tool_call\|>(.*)$"), r"<\|tool_call\|>"),
            _json_list_shape("<|tool_call|>", "")),

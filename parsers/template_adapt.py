@@ -129,3 +129,22 @@ def _as_text(m: dict[str, Any]) -> dict[str, Any]:
                             ensure_ascii=False)
         m = {"role": "user", "content": result}
     return m
+
+
+def with_descriptions(tools: Sequence[Any]) -> list[Any]:
+    """Tools whose function and parameters all carry a ``description`` (``""`` where the
+    client gave none), for a template that writes them unchecked (Command R+)."""
+    out = []
+    for tool in tools:
+        fn = tool.get("function") if isinstance(tool, dict) else None
+        if not isinstance(fn, dict):
+            out.append(tool)
+            continue
+        params = fn.get("parameters")
+        if isinstance(params, dict) and isinstance(params.get("properties"), dict):
+            props = {k: {"description": "", **v} if isinstance(v, dict) else v
+                     for k, v in params["properties"].items()}
+            params = {**params, "properties": props}
+        out.append({**tool, "function": {"description": "", **fn,
+                                         **({"parameters": params} if params else {})}})
+    return out

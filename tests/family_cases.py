@@ -161,6 +161,9 @@ CASES = [
               '    {"tool_call_id": "0", "tool_name": "special_function", '
               '"parameters": {"arg1": 1}}\n]<|END_ACTION|>', reasoning=THOUGHT, calls=(CALL,),
               thinking=True),
+    ParseCase("CohereForAI-c4ai-command-r-plus-tool_use.jinja", 'Action:\n```json\n'
+              '[{"tool_name": "special_function", "parameters": {"arg1": 1}}]\n```',
+              calls=(CALL,)),
     # Granite 3.3, Nemotron Nano v2, Apertus, Apriel, MiniMax M1: JSON lists
     ParseCase("ibm-granite-granite-3.3-2B-Instruct.jinja", f"<think>{THOUGHT}</think>{HELLO}",
               content=HELLO, reasoning=THOUGHT),
@@ -238,7 +241,7 @@ DETECTED = {
     "Bielik-11B-v3.0-Instruct.jinja": "hermes",
     "ByteDance-Seed-OSS.jinja": "seed-oss",
     "Cohere2MoE.jinja": "command-r7b",
-    "CohereForAI-c4ai-command-r-plus-tool_use.jinja": None,
+    "CohereForAI-c4ai-command-r-plus-tool_use.jinja": "command-r-plus",
     "CohereForAI-c4ai-command-r7b-12-2024-tool_use.jinja": "command-r7b",
     "GLM-4.6.jinja": "glm",
     "GLM-4.7-Flash.jinja": "glm",

@@ -37,6 +37,7 @@ FAMILY_TEMPLATES = {
     "mistral": "mistralai-Ministral-3-14B-Reasoning-2512.jinja",
     "mistral-nemo": "mistralai-Mistral-Nemo-Instruct-2407.jinja",
     "command-r7b": "CohereForAI-c4ai-command-r7b-12-2024-tool_use.jinja",
+    "command-r-plus": "CohereForAI-c4ai-command-r-plus-tool_use.jinja",
     "granite-3.3": "ibm-granite-granite-3.3-2B-Instruct.jinja",
     "nemotron-v2": "NVIDIA-Nemotron-Nano-v2.jinja", "apertus": "Apertus-8B-Instruct.jinja",
     "apriel": "unsloth-Apriel-1.5.jinja", "firefunction":
