@@ -250,3 +250,31 @@ def test_every_template_takes_a_tool_conversation_from_the_sdk(client: OpenAI) -
         except BadRequestError as exc:
             refused[name] = exc.message
     assert not refused
+
+
+# families whose prompt leaves opening the reasoning to the model, and their opener
+SELF_OPENED = {"seed-oss": "<seed:think>", "mistral": "[THINK]",
+               "command-r7b": "<|START_THINKING|>", "lfm2": "<think>",
+               "granite-3.3": "<think>", "kimi-k2": "<think>"}
+
+
+@pytest.mark.parametrize("family", sorted(SELF_OPENED))
+def test_a_thinking_budget_closes_reasoning_the_model_opens(server: ServerProcess,
+                                                            client: OpenAI, family: str) -> None:
+    """The model opens the block itself (a ``grammar`` makes the random model write the
+    family's opener, then anything but markup): once the budget is spent the server writes
+    the family's end, and the answer goes on as content."""
+    model, opener = alias(FAMILY_TEMPLATES[family]), SELF_OPENED[family]
+    end = family_of(FAMILY_TEMPLATES[family])
+    from parsers.response_schema import stream_layout
+
+    closer = stream_layout(end.schema).reasoning_end
+    grammar = (f"root ::= {_gbnf_literal(opener)} [a-z ]* {_gbnf_literal(chr(10) + closer)} "
+               '[ \\n]* [a-z ]+')
+    message, finish = ask(client, model, False, seed=6, temperature=1.0, max_tokens=60,
+                          thinking_budget_tokens=BUDGET, grammar=grammar)
+    assert message["reasoning_content"] and message["content"].strip(), (message, finish)
+    tokens = httpx.post(f"{server.base_url}/tokenize", json={
+        "model": model, "prompt": message["reasoning_content"], "add_special": False},
+        timeout=30).json()["tokens"]
+    assert BUDGET - 2 <= len(tokens) <= BUDGET + 2, message  # closed by the budget

@@ -63,6 +63,26 @@ def test_the_guard_feeds_the_whole_end_once_the_budget_is_spent() -> None:
     assert guard.forced() == 9 and guard.forced() is None  # the rest of the end, then free
 
 
+def test_a_block_the_model_opens_itself_counts_from_its_opener() -> None:
+    """A family whose prompt leaves the opener to the model (Seed-OSS, Magistral, Command
+    R7B, LFM2 ...): the budget counts from the opener on; an answer that does not open
+    the block has nothing to close."""
+    guard = ReasoningGuard(ReasoningBudget(2, "[/THINK]", (7, 8), start_text="[THINK]"))
+    for piece in (" [TH", "INK]", "a"):
+        assert guard.forced() is None
+        guard.saw(piece)
+    assert guard.opened and guard.spent == 1 and guard.forced() is None
+    guard.saw("b")
+    assert guard.forced() == 7
+    guard = ReasoningGuard(ReasoningBudget(0, "</think>", (7,), start_text="<think>"))
+    guard.saw("<think>hm")  # the opener and more in one piece: what follows counts
+    assert guard.opened and guard.spent == 1 and guard.forced() == 7
+    guard = ReasoningGuard(ReasoningBudget(0, "</think>", (7,), start_text="<think>"))
+    guard.saw("<th")
+    guard.saw("e answer")
+    assert guard.closed and not guard.opened and guard.forced() is None
+
+
 def test_the_models_own_end_closes_it_with_nothing_fed() -> None:
     guard = ReasoningGuard(ReasoningBudget(3, "</think>", (7,)))
     for piece in ("x", "</th", "ink>"):

@@ -118,11 +118,14 @@ def _prepare(model: ModelHandle, template: ChatTemplate, layout: StreamLayout,
     opener = layout.reasoning_start
     in_reasoning = bool(opener and layout.reasoning_end and text.rstrip().endswith(opener))
     params = with_grammar(model, rules, layout, in_reasoning, params)
-    if in_reasoning and budget is not None and layout.reasoning_end:
+    if budget is not None and layout.reasoning_end and (
+            in_reasoning or (opener and not thinking_off(extra))):
+        # a prompt that did not open the block: the budget counts once the model opens it
         end = model.tokenize(closing(layout, params.grammar is not None), add_special=False,
                              parse_special=True)
         params = dataclasses.replace(params, reasoning=ReasoningBudget(
-            budget, layout.reasoning_end, tuple(end)))
+            budget, layout.reasoning_end, tuple(end),
+            start_text="" if in_reasoning else opener or ""))
     ends = system_end(model, text, tokens, messages) if model.state_snapshots and not spans \
         else ()
     return Prepared(tokens, params, in_reasoning, spans, ends)
