@@ -13,7 +13,7 @@ import json
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import Any
 
 import jinja2
@@ -135,8 +135,6 @@ class ChatTemplate:
         self._takes_late_system: bool | None = None
         self._takes_system: bool | None = None
         self._adaptations: Adaptations | None = None
-        self._needs_tool_list: bool | None = None
-        self._needs_descriptions: bool | None = None
         self._changes_lists = any(f".{name}(" in source for name in LIST_CHANGES)
 
     @property
@@ -177,39 +175,29 @@ class ChatTemplate:
             self._adaptations = found or Adaptations()
         return self._adaptations
 
-    @property
+    @cached_property
     def needs_tool_list(self) -> bool:
         """Whether the template iterates ``tools`` without checking it is given (Hermes 2
         Pro / 3): it then gets an empty list, not None. Probed once."""
-        if self._needs_tool_list is None:
-            plain = [{"role": "user", "content": "u"}]
-            try:
-                self._render(plain, None, True, {})
-                self._needs_tool_list = False
-            except TemplateError:
-                try:
-                    self._render(plain, [], True, {})
-                    self._needs_tool_list = True
-                except TemplateError:
-                    self._needs_tool_list = False
-        return self._needs_tool_list
+        return self._needs(None, [])
 
-    @property
+    @cached_property
     def needs_descriptions(self) -> bool:
         """Whether the template writes every tool's and parameter's ``description``
         unchecked (Command R+): tools then get ``""`` where the client gave none."""
-        if self._needs_descriptions is None:
-            plain = [{"role": "user", "content": "u"}]
+        return self._needs(PROBE_TOOLS, with_descriptions(PROBE_TOOLS))
+
+    def _needs(self, tools: list[Any] | None, instead: list[Any]) -> bool:
+        """Whether a one-message conversation fails with ``tools`` but renders with
+        ``instead``."""
+        plain = [{"role": "user", "content": "u"}]
+        for given, renders in ((tools, False), (instead, True)):
             try:
-                self._render(plain, PROBE_TOOLS, True, {})
-                self._needs_descriptions = False
+                self._render(plain, given, True, {})
+                return renders
             except TemplateError:
-                try:
-                    self._render(plain, with_descriptions(PROBE_TOOLS), True, {})
-                    self._needs_descriptions = True
-                except TemplateError:
-                    self._needs_descriptions = False
-        return self._needs_descriptions
+                continue
+        return False
 
     @property
     def _no_tools(self) -> list[Any] | None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from parsers.call_shape import CallShape
@@ -280,6 +280,21 @@ def _either(a: str, b: str) -> str:
     return f"{_literal(head)}[^<>\n]*?{_literal(tail)}"
 
 
+def _calls_schema(shape: CallShape, item: dict[str, Any], think: tuple[str, str] | None
+                  ) -> dict[str, Any]:
+    """The response schema of calls in ``shape``, each read by ``item``: an iterator over
+    the calls, within their section when there is one."""
+    open_, close = shape.call_open, shape.call_close
+    call = f"{_literal(open_)}(.*?)" + (f"(?:{_literal(close)}|$)" if close.strip() else
+                                        f"(?={_literal(open_)}|$)")
+    calls: dict[str, Any] = {"type": "array", "x-regex-iterator": call, "items": item}
+    if shape.section_open.strip():
+        calls["x-regex"] = _section(shape.section_open, shape.section_close)
+    elif not close.strip():  # calls end where the next begins: one section to the end
+        calls["x-regex"] = f"({_literal(open_)}.*)$"
+    return _schema(calls, _literal(shape.section_open.strip() or open_), think)
+
+
 def _family(schema: dict[str, Any], shape: CallShape) -> Family:
     return Family("derived", "derived from its chat template", (), schema, shape)
 
@@ -339,20 +354,12 @@ def _name_then_json(one: str, two: str, args: tuple[int, int],
         one, two, (at, args[1]), (second, len(two)), first_args[1])
     if not call_open.strip():
         return None
-    call = f"{_literal(call_open)}(.*?)" + (f"(?:{_literal(call_close)}|$)" if
-                                            call_close.strip() else
-                                            f"(?={_literal(call_open)}|$)")
     item = _item(rf"^\s*(.*?)\s*{_literal(name_close)}",
                  _json_args(rf"{_literal(name_close)}\s*(.*?)\s*$"))
-    calls: dict[str, Any] = {"type": "array", "x-regex-iterator": call, "items": item}
-    if sec_open.strip():
-        calls["x-regex"] = _section(sec_open, sec_close)
-    elif not call_close.strip():  # calls end where the next begins: one section to the end
-        calls["x-regex"] = f"({_literal(call_open)}.*)$"
-    stop = _literal(sec_open if sec_open.strip() else call_open)
-    shape = CallShape(call_open.replace(CALL_ID, "0"), name_close, call_close,
-                      sec_open, sec_close, separator)
-    return _family(_schema(calls, stop, think), shape)
+    shape = CallShape(call_open, name_close, call_close, sec_open, sec_close, separator)
+    # the regexes take any id where the template wrote the probe's; a forced call writes 0
+    return _family(_calls_schema(shape, item, think),
+                   replace(shape, call_open=call_open.replace(CALL_ID, "0")))
 
 
 def _name_then_pairs(one: str, two_args: str, two: str, number: str,
@@ -381,20 +388,11 @@ def _name_then_pairs(one: str, two_args: str, two: str, number: str,
         one, two, (at, v + len(VALUE) + len(value_close)), (second, len(two)), first_end)
     if not call_open.strip():
         return None
-    call = f"{_literal(call_open)}(.*?)" + (f"(?:{_literal(call_close)}|$)" if
-                                            call_close.strip() else
-                                            f"(?={_literal(call_open)}|$)")
     stop_name = _literal(name_close) if name_close.strip() else _literal(key_open)
     item = _item(rf"^\s*(.*?)\s*(?:{stop_name}|$)", _kv_args(
         rf"^.*?{stop_name}(.*)$" if name_close.strip() else r"^[^\n<]*(.*)$",
         f"{_literal(key_open)}(?P<key>.*?){_either(key_close, key_close_json)}"
         f"(?P<value>.*?){_literal(value_close)}"))
-    calls: dict[str, Any] = {"type": "array", "x-regex-iterator": call, "items": item}
-    if sec_open.strip():
-        calls["x-regex"] = _section(sec_open, sec_close)
-    elif not call_close.strip():  # calls end where the next begins: one section to the end
-        calls["x-regex"] = f"({_literal(call_open)}.*)$"
-    stop = _literal(sec_open if sec_open.strip() else call_open)
     shape = CallShape(call_open, name_close, call_close, sec_open, sec_close, separator,
                       key_open, key_close, value_close, key_close_json)
-    return _family(_schema(calls, stop, think), shape)
+    return _family(_calls_schema(shape, item, think), shape)

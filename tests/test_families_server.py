@@ -23,6 +23,8 @@ import pytest
 from family_cases import CASES, DERIVED, DETECTED, ParseCase, family_of
 from make_family_models import write_template_model
 from openai import BadRequestError, OpenAI
+from plan_cases import TIME
+from plan_cases import WEATHER as PLAN_WEATHER
 
 from conftest import ServerProcess, start_server
 from engine.grammar import _gbnf_literal
@@ -49,11 +51,10 @@ FAMILY_TEMPLATES = {
     "derived:minicpm5": "openbmb-MiniCPM5-1B.jinja",
     "derived:hy3": "tencent-Hy3.jinja", "derived:solar": "upstage-Solar-Open-100B.jinja",
 }
-WEATHER = {"type": "object", "properties": {
-    "city": {"type": "string", "enum": ["Paris", "Rome", "Oslo"]},
-    "days": {"type": "integer", "minimum": 1, "maximum": 7},
-    "note": {"type": "string", "maxLength": 6}}, "required": ["city", "days"]}
-TIME = {"type": "object", "properties": {"zone": {"const": "UTC"}}, "required": ["zone"]}
+# issue 34's tools (tests/plan_cases.py), the days bounded
+WEATHER = {**PLAN_WEATHER, "properties": {**PLAN_WEATHER["properties"],
+                                          "days": {"type": "integer", "minimum": 1,
+                                                   "maximum": 7}}}
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather.",
                                            "parameters": WEATHER}},
          {"type": "function", "function": {"name": "get_time", "description": "Time.",
