@@ -185,6 +185,15 @@ CASES = [
     ParseCase("meta-llama-Llama-3.1-8B-Instruct.jinja", HELLO, content=HELLO),
     ParseCase("meta-llama-Llama-3.2-3B-Instruct.jinja",
               '{"name": "special_function", "parameters": {"arg1": 1}}', calls=(CALL,)),
+    # Gemma 4 with -m alone (gpt-oss: llamaserve opens the analysis channel in the prompt,
+    # so llama.cpp's harmony texts, written after a prompt that does not, do not apply:
+    # tests/test_family_plans.py covers it)
+    ParseCase("google-gemma-4-31B-it.jinja",
+              f"<|channel>thought\n{THOUGHT}<channel|>{HELLO}", content=HELLO,
+              reasoning=THOUGHT, thinking=True),
+    ParseCase("google-gemma-4-31B-it.jinja",
+              '<|tool_call>call:get_time{city:<|"|>London<|"|>}<tool_call|>',
+              calls=(("get_time", {"city": "London"}),), tools=("get_time",)),
     # LFM2: Python-style calls
     ParseCase("LFM2.5-8B-A1B.jinja", "<think>I'm\nthinking</think><|tool_call_start|>"
               "[special_function(arg1=1)]<|tool_call_end|>", reasoning=THOUGHT, calls=(CALL,)),

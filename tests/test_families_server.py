@@ -46,6 +46,7 @@ FAMILY_TEMPLATES = {
         "fireworks-ai-llama-3-firefunction-v2.jinja",
     "functionary-3.1": "meetkai-functionary-medium-v3.1.jinja",
     "llama3": "meta-llama-Llama-3.2-3B-Instruct.jinja", "lfm2": "LFM2.5-8B-A1B.jinja",
+    "gpt-oss": "openai-gpt-oss-120b.jinja", "gemma4": "google-gemma-4-31B-it.jinja",
     # no built-in family: markup derived from the template (parsers/template_probe.py)
     "derived:deepseek-v3.2": "deepseek-ai-DeepSeek-V3.2.jinja",
     "derived:minicpm5": "openbmb-MiniCPM5-1B.jinja",
