@@ -157,6 +157,21 @@ def test_models_report_their_family(server: ServerProcess) -> None:
         assert "tools" in meta["capabilities"]
 
 
+def test_thinking_is_a_capability_where_the_template_writes_it(server: ServerProcess) -> None:
+    """Qwen2.5's template shares Qwen3's family but writes no reasoning block: Ollama's
+    ``/api/show`` and ``/v1/models`` say thinking for Qwen3, Magistral and Seed-OSS only."""
+    thinking = {}
+    for name in ("Qwen-Qwen2.5-7B-Instruct", "Qwen-Qwen3-0.6B",
+                 "mistralai-Ministral-3-14B-Reasoning-2512", "ByteDance-Seed-OSS"):
+        r = httpx.post(f"{server.url}/api/show", json={"model": name}, timeout=60)
+        assert r.status_code == 200, r.text
+        thinking[name] = "thinking" in r.json()["capabilities"]
+        assert "tools" in r.json()["capabilities"]
+    assert thinking == {"Qwen-Qwen2.5-7B-Instruct": False, "Qwen-Qwen3-0.6B": True,
+                        "mistralai-Ministral-3-14B-Reasoning-2512": True,
+                        "ByteDance-Seed-OSS": True}
+
+
 def markup(family: str) -> list[str]:
     from parsers.response_schema import stream_layout
 

@@ -17,7 +17,13 @@ def thinks(state: ModelState) -> bool:
     takes ``enable_thinking``."""
     lay = state.layout
     source = state.template.source if state.template is not None else ""
-    return bool(lay.reasoning_start and lay.reasoning_end) or "enable_thinking" in source
+    if "enable_thinking" in source:
+        return True
+    if not (lay.reasoning_start and lay.reasoning_end):
+        return False
+    # a family read from the template (Qwen2.5 shares Qwen3's markup): only if the template
+    # itself writes the reasoning block
+    return not lay.name or lay.reasoning_end in source
 
 
 def capabilities(state: ModelState) -> list[str]:
