@@ -80,8 +80,10 @@ def adapt(messages: Sequence[Message], a: Adaptations) -> list[Message]:
     if not a:
         return list(messages)
     out: list[Message] = []
+    results = False  # the last turn out is tool results turned into a user turn
     for original in messages:
         m = dict(original)
+        was_result = m.get("role") == "tool"
         if a.empty_content and m.get("content") is None:
             m["content"] = ""
         calls = m.get("tool_calls")
@@ -92,12 +94,14 @@ def adapt(messages: Sequence[Message], a: Adaptations) -> list[Message]:
         if a.tools_as_text:
             m = _as_text(m)
             if m.get("role") == "user" and out and out[-1].get("role") == "user" and \
-                    isinstance(m.get("content"), str) and \
+                    (was_result or results) and isinstance(m.get("content"), str) and \
                     isinstance(out[-1].get("content"), str):
-                # a result turned user turn beside a user turn: one turn, so the roles
-                # still alternate
+                # tool results turned user turn beside a user turn: one turn, so the roles
+                # still alternate (two user turns the client sent stay two)
                 out[-1] = {**out[-1], "content": f"{out[-1]['content']}\n{m['content']}"}
+                results = was_result
                 continue
+            results = was_result
         out.append(m)
     return out
 

@@ -247,6 +247,8 @@ def test_adapted_conversations_keep_what_the_client_said() -> None:
     text = gemma.render(conv, tools=[TOOLS["special_function"]])
     assert '"tool_calls": [{"name": "special_function", "arguments": {"arg1": 1}}]' in text
     assert '"tool_response"' in text and "done" in text
+    with pytest.raises(TemplateError, match="alternate"):  # two user turns stay two
+        gemma.render([{"role": "user", "content": "a"}, {"role": "user", "content": "b"}])
     fn = ChatTemplate(template("meetkai-functionary-medium-v3.2.jinja"), "<s>", "</s>")
     assert '{"arg1": 1}' in fn.render(conv, tools=[TOOLS["special_function"]])
     qwen = ChatTemplate(template("Qwen-Qwen2.5-7B-Instruct.jinja"), "<s>", "</s>")
