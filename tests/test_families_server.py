@@ -197,7 +197,7 @@ FAMILIES = sorted(FAMILY_TEMPLATES)
 def test_forced_calls_are_valid_in_the_family_markup(client: OpenAI, family: str,
                                                       stream: bool) -> None:
     model = alias(FAMILY_TEMPLATES[family])
-    for seed in (1, 2):
+    for seed in (1,) if stream else (1, 2):  # (CI time: the parser agrees either way)
         message, finish = ask(client, model, stream, tools=TOOLS, tool_choice="required",
                               seed=seed, temperature=1.0, parallel_tool_calls=False,
                               max_tokens=MAX_TOKENS, **THINK)
