@@ -9,6 +9,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,6 +23,27 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
 from fetch_models import model_path  # noqa: E402
+
+# Every server the tests start captures what it sends (api/web/capture.py); at the end of
+# the session each body on an OpenAI route is checked against OpenAI's OpenAPI
+# description (tests/openapi_check.py) and the session fails on any invalid one.
+CAPTURE = Path(tempfile.mkdtemp(prefix="llamaserve-capture-"))
+os.environ["LLAMASERVE_CAPTURE_DIR"] = str(CAPTURE)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    from openapi_check import check_directory
+    report = check_directory(CAPTURE)
+    shutil.rmtree(CAPTURE, ignore_errors=True)
+    summary = report.summary()
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.ensure_newline()
+        reporter.write_line(summary)
+    else:
+        print(summary)
+    if report.invalid and session.exitstatus == 0:
+        session.exitstatus = 1
 
 
 def require_model(name: str) -> str:

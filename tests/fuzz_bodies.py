@@ -475,7 +475,9 @@ ENDPOINTS: dict[str, dict[str, Any]] = {
         | JSON,
         "include": st.just(["reasoning.encrypted_content"]) | JSON,
         "max_output_tokens": st.integers(-2, 6) | JSON, "previous_response_id": TEXT,
-        "text": st.just({"format": {"type": "json_object"}}) | JSON},
+        "text": st.just({"format": {"type": "json_object"}}) | JSON,
+        "background": st.booleans() | JSON, "store": st.booleans() | JSON,
+        "conversation": TEXT | st.fixed_dictionaries({"id": TEXT | JSON}) | JSON},
     "/v1/embeddings": {"model": JSON, "input": TEXT | st.lists(TEXT, max_size=4) | JSON,
                        "encoding_format": st.sampled_from(["float", "base64", "int8"]) | JSON,
                        "dimensions": st.integers(-2, 2000) | JSON},
@@ -494,6 +496,14 @@ ENDPOINTS: dict[str, dict[str, Any]] = {
                 "lora": COMMON["lora"], "model": MODEL,
                 "temperature": COMMON["temperature"]},
 }
+
+# the Responses routes that take a response request or items without generating
+ENDPOINTS["/v1/responses/input_tokens"] = {
+    k: v for k, v in ENDPOINTS["/v1/responses"].items()
+    if k not in ("max_output_tokens", "background", "store")}
+ENDPOINTS["/v1/conversations"] = {
+    "items": ENDPOINTS["/v1/responses"]["input"],
+    "metadata": st.dictionaries(TEXT, TEXT, max_size=20) | JSON}
 
 
 # reranking (api/rerank): on the fuzz server (no rank pooling) bodies are parsed, then refused
@@ -948,7 +958,12 @@ HOSTILE_IDS = st.sampled_from([
     "../../etc/passwd", "resp_00.../../x", "resp_ab.key/../../y", ".lock", ".tmp-x", "..",
     "resp_" + "a" * 5000, "resp_\u0000x", "resp_\ud800", "resp_0.k\u2028", "", " ",
     "resp_00." + "k" * 65, "resp_00.a b", "resp_00.ключ", "resp_ab.\U0001f600",
-    "/etc/passwd", "\\\\server\\share", "C:\\x", "resp_1.json"]) | WILD_TEXT
+    "/etc/passwd", "\\\\server\\share", "C:\\x", "resp_1.json", ".background",
+    ".background/x", "conv_", "conv_../../x", "conv_" + "c" * 300]) | WILD_TEXT
+LIST_QUERIES = st.fixed_dictionaries({}, optional={
+    "limit": st.sampled_from(["0", "-1", "1", "100", "101", "x", "1e3", "", "9" * 30]),
+    "order": st.sampled_from(["asc", "desc", "x", ""]),
+    "after": st.sampled_from(["msg_x", "", "a" * 500, "../x"])})
 
 
 @st.composite
@@ -958,13 +973,28 @@ def session_cases(draw: st.DrawFn) -> tuple[str, str, dict[str, bytes], bytes]:
     headers = {"content-type": b"application/json"}
     for name in draw(st.sets(st.sampled_from(["x-session-id", "session_id"]))):
         headers[name] = draw(HEADER_BYTES)
-    kind = draw(st.sampled_from(["chat", "responses", "anthropic", "get", "delete"]))
-    if kind in ("get", "delete"):
-        rid = draw(HOSTILE_IDS)
-        quoted = "".join(c if c.isalnum() or c in "_.-" else
-                         "".join(f"%{b:02X}" for b in c.encode("utf-8", "surrogatepass"))
-                         for c in rid) or "x"
-        return kind.upper(), f"/v1/responses/{quoted}", headers, b""
+    kind = draw(st.sampled_from(["chat", "responses", "anthropic", "get", "delete", "by_id"]))
+    if kind in ("get", "delete", "by_id"):
+        def quoted() -> str:
+            rid = draw(HOSTILE_IDS)
+            return "".join(c if c.isalnum() or c in "_.-" else
+                           "".join(f"%{b:02X}" for b in c.encode("utf-8", "surrogatepass"))
+                           for c in rid) or "x"
+        if kind != "by_id":
+            return kind.upper(), f"/v1/responses/{quoted()}", headers, b""
+        # the other routes that take an id in the path (and list queries)
+        method, template = draw(st.sampled_from([
+            ("GET", "/v1/responses/{}/input_items"), ("POST", "/v1/responses/{}/cancel"),
+            ("GET", "/v1/conversations/{}"), ("DELETE", "/v1/conversations/{}"),
+            ("POST", "/v1/conversations/{}"), ("GET", "/v1/conversations/{}/items"),
+            ("POST", "/v1/conversations/{}/items"), ("GET", "/v1/conversations/{}/items/{}"),
+            ("DELETE", "/v1/conversations/{}/items/{}"), ("GET", "/v1/models/{}")]))
+        path = template.format(*(quoted() for _ in range(template.count("{}"))))
+        query = draw(LIST_QUERIES)
+        if query:
+            path += "?" + "&".join(f"{k}={v}" for k, v in query.items())
+        body = json.dumps(draw(JSON)).encode() if method == "POST" else b""
+        return method, path, headers, body
     user: Any = draw(WILD_TEXT | st.sampled_from(["u" * 300, "user-1", None, 7, [], {}]))
     if kind == "chat":
         body: dict[str, Any] = {"messages": [{"role": "user", "content": "Hi"}],
@@ -980,5 +1010,7 @@ def session_cases(draw: st.DrawFn) -> tuple[str, str, dict[str, bytes], bytes]:
                 "previous_response_id": draw(HOSTILE_IDS)}
         if draw(st.booleans()):
             del body["previous_response_id"]
+        if draw(st.integers(0, 3)) == 0:  # a conversation id instead (or both: a 400)
+            body["conversation"] = draw(HOSTILE_IDS | st.just({"id": "conv_x"}) | JSON)
         path = "/v1/responses"
     return "POST", path, headers, json.dumps(body).encode()

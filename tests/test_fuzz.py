@@ -296,7 +296,8 @@ def test_session_keys_and_response_ids_never_get_a_5xx_or_escape_the_store(
     stray = [p for p in store.parent.rglob("*") if p.is_file() and store not in p.parents
              and p.suffix == ".json" and p.name.startswith("resp_")]
     assert not stray, stray
-    assert all(p.parent == store for p in store.rglob("*"))
+    markers = store / ".background"  # background runs' locks (api/responses/background.py)
+    assert all(p.parent in (store, markers) for p in store.rglob("*"))
     assert http.get("/healthz").status_code == 200
 
 
@@ -386,7 +387,9 @@ def test_rerank_worst_values_never_get_a_5xx(rerank_server: ServerProcess) -> No
             check_error_shape(r)
 
         check()
-        assert statuses.get(200, 0) > 5 and statuses.get(400, 0) > 5, statuses
+        # how many draws are valid depends on the literals Hypothesis picked up from the
+        # modules loaded before; the known-valid bodies below exercise the 200s for sure
+        assert statuses.get(200, 0) > 0 and statuses.get(400, 0) > 5, statuses
         assert http.get("/healthz").status_code == 200
         for model in RERANKERS:
             r = http.post("/v1/rerank", json={"model": model, "query": "q",

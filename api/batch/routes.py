@@ -26,7 +26,7 @@ COPY_CHUNK = 1 << 20
 def _service(request: Request) -> BatchService:
     server: ServerState = request.app.state.llama
     if server.batches is None:
-        raise APIError("The Batch API is off on this server: set server.batch_dir",
+        raise APIError("The Batch API is off on this server (server.batch_api is false)",
                        status=404, code="batches_disabled")
     service: BatchService = server.batches
     return service

@@ -39,7 +39,8 @@ def _logprobs_json(model: ModelHandle, entries: list[TokenLogprob]) -> dict[str,
         return {"token": raw.decode("utf-8", "replace"), "logprob": lp, "bytes": list(raw)}
 
     return {"content": [{**item(e.token, e.logprob),
-                         "top_logprobs": [item(t, lp) for t, lp in e.top]} for e in entries]}
+                         "top_logprobs": [item(t, lp) for t, lp in e.top]} for e in entries],
+            "refusal": None}
 
 
 def _call_json(call: ToolCall) -> dict[str, Any]:
@@ -60,7 +61,8 @@ def _reasoning(field: str, text: str) -> dict[str, str]:
 
 def _message(m: MessageDelta, field: str) -> dict[str, Any]:
     out: dict[str, Any] = {"role": "assistant",
-                           "content": m.content if m.content or not m.tool_calls else None}
+                           "content": m.content if m.content or not m.tool_calls else None,
+                           "refusal": None, "annotations": []}
     if m.reasoning:
         out.update(_reasoning(field, m.reasoning))
     if m.tool_calls:
@@ -133,7 +135,7 @@ async def create_chat_completion(request: Request) -> Response:
                 return event(text)
 
             for r in gen.requests:
-                yield chunk(r.index, {"role": "assistant", "content": ""})
+                yield chunk(r.index, {"role": "assistant", "content": "", "refusal": None})
             try:
                 async for d in gen.deltas():
                     results[d.index].add(d)

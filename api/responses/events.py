@@ -89,7 +89,7 @@ class ResponseBuilder:
             events.append(self._snapshot("response.content_part.added", item_id=item["id"],
                                          output_index=self._index(), content_index=0,
                                          part={"type": "output_text", "text": "",
-                                               "annotations": []}))
+                                               "annotations": [], "logprobs": []}))
         return events
 
     def _close_item(self, status: str = "completed") -> list[Event]:

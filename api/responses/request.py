@@ -77,6 +77,8 @@ class ResponseRequest:
     metadata: dict[str, Any] = field(default_factory=dict)
     offered: dict[str, OfferedTool] = field(default_factory=dict)  # by model-facing name
     include: frozenset[str] = frozenset()
+    raw_input: Any = None  # ``input`` as the client sent it (listed by GET .../input_items)
+    conversation: str | None = None  # the Conversations API's conversation it continues
 
 
 def model_name(name: str, namespace: str | None) -> str:
@@ -296,7 +298,8 @@ def _format(text: Any) -> dict[str, Any] | None:
 
 def parse_request(body: Body, open_reasoning: Opener | None = None) -> ResponseRequest:
     data = body.data
-    if "input" not in data and not data.get("previous_response_id"):
+    if "input" not in data and not data.get("previous_response_id") \
+            and not data.get("conversation"):
         raise invalid("input", "'input' is required")
     messages = input_messages(data.get("input", []), open_reasoning)
     instructions = body.string("instructions")
@@ -336,8 +339,44 @@ def parse_request(body: Body, open_reasoning: Opener | None = None) -> ResponseR
             "previous_response_id": previous, "store": store,
             "temperature": data.get("temperature"), "top_p": data.get("top_p"),
             "text": data.get("text") or {"format": {"type": "text"}},
-            "tool_choice": data.get("tool_choice", "auto"), "tools": data.get("tools") or [],
-            "reasoning": reasoning, "truncation": "disabled"}
+            "tool_choice": _echoed_choice(data.get("tool_choice", "auto")),
+            "tools": [_echoed_tool(t) for t in data.get("tools") or []],
+            "reasoning": reasoning, "truncation": "disabled", "background": False}
+    conversation = _conversation_id(data.get("conversation"))
+    if conversation is not None and previous is not None:
+        raise invalid("conversation", "'conversation' and 'previous_response_id' cannot "
+                      "both be given")
+    if conversation is not None:
+        echo["conversation"] = {"id": conversation}
     return ResponseRequest(messages, instructions, chat, echo, previous, store,
                            body.boolean("generate", True), metadata, offered,
-                           frozenset(include))
+                           frozenset(include), data.get("input"), conversation)
+
+
+def _echoed_choice(choice: Any) -> Any:
+    """``tool_choice`` as the response repeats it. ``{"type": "local_shell"}`` (accepted
+    here, not a choice OpenAI lists) is repeated as what the model was given: a forced
+    call of the function ``local_shell``."""
+    if isinstance(choice, dict) and choice.get("type") == LOCAL_SHELL:
+        return {"type": "function", "name": LOCAL_SHELL}
+    return choice
+
+
+def _echoed_tool(tool: Any) -> Any:
+    """A tool as the response object repeats it: a function tool with the fields the
+    API always sends (``strict`` and ``parameters`` null when the client gave none)."""
+    if isinstance(tool, dict) and tool.get("type") == "function":
+        return {"strict": None, "parameters": None, "description": None, **tool}
+    return tool
+
+
+def _conversation_id(raw: Any) -> str | None:
+    """Responses' ``conversation``: an id, or an object holding one."""
+    if raw is None:
+        return None
+    if isinstance(raw, dict):
+        raw = raw.get("id")
+    if not isinstance(raw, str) or not raw:
+        raise invalid("conversation", "'conversation' must be a conversation id or an "
+                      "object with its 'id'")
+    return raw

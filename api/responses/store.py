@@ -28,7 +28,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -39,16 +39,42 @@ _SAFE_ID = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,199}")
 
 @dataclass
 class StoredResponse:
-    response: dict[str, Any]  # the response object as returned
+    response: dict[str, Any]  # the response object as returned (or a conversation object)
     conversation: list[dict[str, Any]]  # chat messages through this response's output
     size: int
     stored_at: float
+    items: list[dict[str, Any]] = field(default_factory=list)  # input items (or a
+    # conversation's items), as GET .../input_items lists them
+    request: dict[str, Any] | None = None  # a background response's request, to resume it
+
+
+@dataclass
+class Claim:
+    """A background response this process runs: the lock on its marker file (directory
+    store), released when the run ends or the process dies."""
+    response_id: str
+    fd: int | None = None
+    path: Path | None = None
 
 
 class ResponseStore:
     """The interface both stores implement."""
 
-    async def put(self, response: dict[str, Any], conversation: list[dict[str, Any]]) -> None:
+    can_claim = False  # background responses outlive this process (a directory store)
+
+    async def claim(self, response_id: str) -> Claim | None:
+        return Claim(response_id)
+
+    async def release(self, claim: Claim) -> None:
+        return None
+
+    async def orphans(self) -> list[Claim]:
+        """Background responses whose server died, each now claimed by this process."""
+        return []
+
+    async def put(self, response: dict[str, Any], conversation: list[dict[str, Any]],
+                  items: list[dict[str, Any]] | None = None,
+                  request: dict[str, Any] | None = None) -> None:
         raise NotImplementedError
 
     async def get(self, response_id: str) -> StoredResponse | None:
@@ -64,12 +90,15 @@ class MemoryResponseStore(ResponseStore):
         self._items: OrderedDict[str, StoredResponse] = OrderedDict()
         self._bytes = 0
 
-    async def put(self, response: dict[str, Any], conversation: list[dict[str, Any]]) -> None:
-        size = len(json.dumps(response)) + len(json.dumps(conversation))
+    async def put(self, response: dict[str, Any], conversation: list[dict[str, Any]],
+                  items: list[dict[str, Any]] | None = None,
+                  request: dict[str, Any] | None = None) -> None:
+        size = len(json.dumps([response, conversation, items, request]))
         if size > self.max_bytes or self.max_items <= 0:
             return
         self._remove(response["id"])
-        self._items[response["id"]] = StoredResponse(response, conversation, size, time.time())
+        self._items[response["id"]] = StoredResponse(response, conversation, size, time.time(),
+                                                     items or [], request)
         self._bytes += size
         while len(self._items) > self.max_items or self._bytes > self.max_bytes:
             _, old = self._items.popitem(last=False)
@@ -98,11 +127,63 @@ class MemoryResponseStore(ResponseStore):
 
 class DirectoryResponseStore(ResponseStore):
     SUFFIX = ".json"
+    can_claim = True
+    ORPHAN_AGE = 5.0  # a marker younger than this may be its creator's, not yet locked
 
     def __init__(self, path: str, max_items: int, max_bytes: int, ttl: float) -> None:
         self.dir = Path(path)
         self.dir.mkdir(parents=True, exist_ok=True)
+        self.markers = self.dir / ".background"  # made by the first background run
         self.max_items, self.max_bytes, self.ttl = max_items, max_bytes, ttl
+
+    # -- background responses: a marker file locked by the process that runs it ----------
+    def _lock(self, path: Path, create: bool) -> int | None:
+        try:
+            fd = os.open(path, os.O_RDWR | (os.O_CREAT if create else 0), 0o644)
+        except OSError:
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            return None
+        return fd
+
+    async def claim(self, response_id: str) -> Claim | None:
+        if not _SAFE_ID.fullmatch(response_id):
+            return None
+        path = self.markers / response_id
+        await run_in_threadpool(self.markers.mkdir, exist_ok=True)
+        fd = await run_in_threadpool(self._lock, path, True)
+        return None if fd is None else Claim(response_id, fd, path)
+
+    async def release(self, claim: Claim) -> None:
+        if claim.path is not None:
+            with contextlib.suppress(OSError):
+                claim.path.unlink()
+        if claim.fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(claim.fd)
+            claim.fd = None
+
+    def _orphans(self) -> list[Claim]:
+        found: list[Claim] = []
+        now = time.time()
+        if not self.markers.is_dir():
+            return found
+        for path in self.markers.iterdir():
+            try:
+                if now - path.stat().st_mtime < self.ORPHAN_AGE:
+                    continue
+            except OSError:
+                continue
+            fd = self._lock(path, False)
+            if fd is not None:
+                found.append(Claim(path.name, fd, path))
+        return found
+
+    async def orphans(self) -> list[Claim]:
+        return await run_in_threadpool(self._orphans)
 
     def _path(self, response_id: str) -> Path | None:
         """The file of ``response_id``; None for an id that could not be ours (no path
@@ -121,8 +202,10 @@ class DirectoryResponseStore(ResponseStore):
             os.close(fd)
 
     # -- async interface (file work on a worker thread) ----------------------------------
-    async def put(self, response: dict[str, Any], conversation: list[dict[str, Any]]) -> None:
-        await run_in_threadpool(self.put_sync, response, conversation)
+    async def put(self, response: dict[str, Any], conversation: list[dict[str, Any]],
+                  items: list[dict[str, Any]] | None = None,
+                  request: dict[str, Any] | None = None) -> None:
+        await run_in_threadpool(self.put_sync, response, conversation, items, request)
 
     async def get(self, response_id: str) -> StoredResponse | None:
         return await run_in_threadpool(self.get_sync, response_id)
@@ -131,12 +214,15 @@ class DirectoryResponseStore(ResponseStore):
         return await run_in_threadpool(self.delete_sync, response_id)
 
     # -- file work ------------------------------------------------------------------------
-    def put_sync(self, response: dict[str, Any], conversation: list[dict[str, Any]]) -> None:
+    def put_sync(self, response: dict[str, Any], conversation: list[dict[str, Any]],
+                 items: list[dict[str, Any]] | None = None,
+                 request: dict[str, Any] | None = None) -> None:
         path = self._path(response["id"])
         if path is None or self.max_items <= 0:
             return
         data = json.dumps({"response": response, "conversation": conversation,  # ASCII: any
-                           "stored_at": time.time()}).encode()  # text, lone surrogates too
+                           "items": items or [], "request": request,  # text, lone
+                           "stored_at": time.time()}).encode()  # surrogates too
         if len(data) > self.max_bytes:
             return
         tmp = self.dir / f".tmp-{path.name}-{os.getpid()}-{threading.get_ident()}"
@@ -156,7 +242,8 @@ class DirectoryResponseStore(ResponseStore):
             data = path.read_bytes()
             record = json.loads(data)
             item = StoredResponse(record["response"], record["conversation"], len(data),
-                                  float(record["stored_at"]))
+                                  float(record["stored_at"]), record.get("items") or [],
+                                  record.get("request"))
         except FileNotFoundError:
             return None
         except (OSError, ValueError, KeyError, TypeError):  # damaged: never served

@@ -97,7 +97,8 @@ class Connection:
             state = await self.state.route(body.get("model"))
             state.require_chat()
             req = parse_request(Body(body), state.seal.open)
-            history = await _history(state, req.previous_response_id, self.history)
+            history = await _history(state, req.previous_response_id, self.history,
+                                     req.conversation)
         except APIError as exc:
             await self.send(_error(exc.code or "invalid_request", exc.message, type=exc.type,
                                    param=exc.param, status=exc.status))

@@ -8,7 +8,6 @@ import logging
 import os
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import replace
-from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from starlette.applications import Starlette
@@ -22,22 +21,32 @@ from starlette.routing import Route, WebSocketRoute
 from api.anthropic.routes import count_tokens, create_message
 from api.batch.routes import BATCH_ROUTES
 from api.batch.runner import BatchService
-from api.ollama.capabilities import capabilities
 from api.ollama.routes import OLLAMA_ROUTES
 from api.openai.chat import create_chat_completion
 from api.openai.completions import create_completion
 from api.openai.embeddings import create_embedding
 from api.openai.infill import infill
+from api.openai.models import list_models, retrieve_model
 from api.openai.tokenize import detokenize, tokenize
 from api.rerank.routes import rerank, score
+from api.responses.background import BackgroundRuns
+from api.responses.conversations import CONVERSATION_ROUTES
 from api.responses.reasoning_seal import ReasoningSeal
-from api.responses.routes import create_response, delete_response, get_response
+from api.responses.routes import (
+    cancel_response,
+    count_input_tokens,
+    create_response,
+    delete_response,
+    get_response,
+    list_input_items,
+    resume_background,
+)
 from api.responses.store import open_response_store
 from api.responses.websocket import responses_websocket
+from api.web.capture import Capture, capture_directory
 from api.web.engine_client import EngineClient
 from api.web.errors import APIError, api_error_handler, http_error_handler, unhandled_error_handler
 from api.web.gate import Gate, HttpMetrics
-from api.web.lora import adapter_scale
 from api.web.playground import playground
 from api.web.registry import ModelRegistry
 from api.web.state import ModelState, ServerState
@@ -98,38 +107,6 @@ def marker_tokens(model: ModelHandle, layout: StreamLayout) -> frozenset[int]:
                 if not model.piece(token) and model.piece(token, special=True):
                     ids.add(token)
     return frozenset(ids)
-
-
-async def list_models(request: Request) -> Response:
-    server: ServerState = request.app.state.llama
-    data = []
-    for entry in server.registry.entries.values():
-        cfg, state = entry.config, entry.state
-        meta: dict[str, Any] = {"loaded": state is not None}
-        if state is not None:
-            model = state.model
-            meta.update(n_ctx=model.n_ctx, n_ctx_seq=model.n_ctx_seq,
-                        n_seq_max=model.n_seq_max, capabilities=capabilities(state))
-            if state.layout.name:  # the family read from its chat template
-                meta["family"] = state.layout.name
-            media = model.media
-            if media is not None:
-                meta["input_modalities"] = ["text", *(["image"] if media.vision else []),
-                                            *(["audio"] if media.audio else [])]
-        if cfg.loras:
-            meta["lora"] = [{"id": i, "name": x.name, "scale": x.scale}
-                            for i, x in enumerate(cfg.loras)]
-        item = {"id": entry.name, "object": "model", "created": server.created,
-                "owned_by": "llamaserve", "meta": meta}
-        if state is not None:  # vLLM's field: the context one request may use
-            item["max_model_len"] = state.model.n_ctx_seq
-        data.append(item)
-        # one entry per adapter, as vLLM lists them: naming it as the model applies it
-        data += [{"id": x.name, "object": "model", "created": server.created,
-                  "owned_by": "llamaserve", "root": entry.name, "parent": entry.name,
-                  "meta": {"lora": {"id": i, "scale": adapter_scale(x)}}}
-                 for i, x in enumerate(cfg.loras)]
-    return JSONResponse({"object": "list", "data": data})
 
 
 async def healthz(request: Request) -> Response:
@@ -235,6 +212,8 @@ def build_app(config: Config, model: ModelHandle, manage_engine: bool = True,
             raise RuntimeError("this server was built without a model loader")
         return model_state(server, cfg, load_model(cfg))
 
+    server.background = BackgroundRuns(
+        server.responses, lambda stored, claim: resume_background(server, stored, claim))
     server.registry = ModelRegistry(config, load)
     server.registry.adopt(model_state(server, config.model, model))
     # HTTP metrics: in the engine's registry with one model (as before), else the server's
@@ -250,6 +229,7 @@ def build_app(config: Config, model: ModelHandle, manage_engine: bool = True,
         finally:
             if server.batches is not None:
                 server.batches.stop()
+            server.background.stop()
             if manage_engine:
                 server.registry.stop()
 
@@ -265,10 +245,15 @@ def build_app(config: Config, model: ModelHandle, manage_engine: bool = True,
         Route("/v1/score", score, methods=["POST"]),
         Route("/v1/responses", create_response, methods=["POST"]),
         WebSocketRoute("/v1/responses", responses_websocket),
+        Route("/v1/responses/input_tokens", count_input_tokens, methods=["POST"]),
         Route("/v1/responses/{response_id}", get_response, methods=["GET"]),
         Route("/v1/responses/{response_id}", delete_response, methods=["DELETE"]),
+        Route("/v1/responses/{response_id}/input_items", list_input_items, methods=["GET"]),
+        Route("/v1/responses/{response_id}/cancel", cancel_response, methods=["POST"]),
+        *CONVERSATION_ROUTES,
         Route("/v1/chat/completions", create_chat_completion, methods=["POST"]),
         Route("/v1/models", list_models, methods=["GET"]),
+        Route("/v1/models/{model_id:path}", retrieve_model, methods=["GET"]),
         Route("/v1/tokenize", tokenize, methods=["POST"]),
         Route("/v1/detokenize", detokenize, methods=["POST"]),
         Route("/healthz", healthz, methods=["GET"]),
@@ -278,6 +263,8 @@ def build_app(config: Config, model: ModelHandle, manage_engine: bool = True,
         *BATCH_ROUTES,
     ]
     middleware = []
+    if (capture := capture_directory()) is not None:
+        middleware.append(Middleware(Capture, directory=capture))
     if config.server.cors is not None:
         cors = config.server.cors
         middleware.append(Middleware(

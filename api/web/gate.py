@@ -34,7 +34,8 @@ KNOWN = {"/v1/completions", "/v1/chat/completions", "/v1/embeddings", "/v1/respo
          "/v1/rerank", "/rerank", "/v1/reranking", "/reranking", "/v1/score",
          "/v1/models", "/v1/tokenize", "/v1/detokenize", "/healthz", "/health", "/metrics",
          "/api/chat", "/api/generate", "/api/embed", "/api/embeddings", "/api/tags",
-         "/api/show", "/api/ps", "/api/version", "/api/pull"}
+         "/api/show", "/api/ps", "/api/version", "/api/pull", "/v1/conversations",
+         "/v1/files", "/v1/batches"}
 
 
 def api_path(path: str) -> bool:
@@ -45,11 +46,21 @@ def api_path(path: str) -> bool:
                                                            "/reranking")
 
 
+# routes with ids in their paths: the label names the route, never the id
+_TEMPLATES = (("/v1/responses/input_tokens", "/v1/responses/input_tokens"),
+              ("/v1/responses/", "/v1/responses/{id}"),
+              ("/v1/conversations/", "/v1/conversations/{id}"),
+              ("/v1/models/", "/v1/models/{id}"),
+              ("/v1/files/", "/v1/files/{id}"),
+              ("/v1/batches/", "/v1/batches/{id}"))
+
+
 def route_label(path: str) -> str:
     if path in KNOWN:
         return path
-    if path.startswith("/v1/responses/"):
-        return "/v1/responses/{id}"
+    for prefix, label in _TEMPLATES:
+        if path == prefix or path.startswith(prefix):
+            return label
     return "other"
 
 

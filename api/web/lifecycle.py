@@ -95,6 +95,8 @@ class Lifecycle:
                 state = self.state
                 if state is not None and state.batches is not None:
                     state.batches.stop()
+                if state is not None and state.background is not None:
+                    state.background.stop()
                 if state is not None:
                     await asyncio.get_running_loop().run_in_executor(None,
                                                                      state.registry.stop)

@@ -46,6 +46,7 @@ class ServerState:
     http_registry: Any = None  # prometheus registry of the HTTP metrics (api.web.gate)
     pullable: tuple[str, ...] = ()  # names `llamaserve pull` fetches (Ollama's /api/pull)
     batches: Any = None  # api.batch.runner.BatchService with server.batch_dir, else None
+    background: Any = None  # api.responses.background.BackgroundRuns
 
     def start(self) -> None:
         """Start the first model's engine and the idle unloader (in the event loop)."""
@@ -53,6 +54,8 @@ class ServerState:
         self.registry.start()
         if self.batches is not None:
             self.batches.start()
+        if self.background is not None:
+            self.background.start()
 
     async def route(self, model: Any, scope: MutableMapping[str, Any] | None = None) -> ModelState:
         """The model a request's ``model`` field names (loaded if it is not). No name: the
