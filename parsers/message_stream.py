@@ -30,19 +30,24 @@ gpt-oss's harmony channels (``StreamLayout.family == "harmony"``) are read by
 
 from __future__ import annotations
 
-import json
 import re
-import secrets
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from parsers import json_text
-from parsers.response_schema import StreamLayout, apply_schema, coerce
+from parsers.call_items import (
+    ToolCall,
+    new_call_id,
+    read_bare_calls,
+    read_call,
+)
+from parsers.response_schema import StreamLayout, apply_schema
+
+__all__ = ["CallChunk", "MessageDelta", "MessageStream", "ToolCall", "new_call_id"]
 
 if TYPE_CHECKING:
     from parsers.harmony import HarmonyParser
 
-_FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
 _JSON_HEAD = re.compile(r'\s*\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*'
                         r'"(?:arguments|parameters)"\s*:\s*(?=\{)')
 _XML_HEAD = re.compile(r"\s*<function=([^>\n]{1,256})>")
@@ -53,14 +58,6 @@ _FENCE_OPENING = re.compile(r"\s*```[A-Za-z]*")
 _BARE_NAME = re.compile(r'\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)("?)')
 HEAD_LIMIT = 512  # chars of a call block (or a bare JSON answer) searched for a tool name
 MAX_HELD_SPACE = 64  # trailing whitespace held back in case a call marker follows
-
-
-@dataclass(frozen=True)
-class ToolCall:
-    id: str
-    name: str
-    arguments: str  # a JSON object, as OpenAI clients expect
-    complete: bool = True  # False: cut off (max_tokens) before the call was closed
 
 
 @dataclass(frozen=True)
@@ -138,10 +135,6 @@ def _held_prefix(text: str, marker: str) -> int:
         if marker.startswith(text[-n:]):
             return n
     return 0
-
-
-def new_call_id() -> str:
-    return "call_" + secrets.token_hex(12)
 
 
 class MessageStream:
@@ -458,48 +451,10 @@ class MessageStream:
         return self._tool_call(item)
 
     def _tool_call(self, item: Any) -> ToolCall | None:
-        if not isinstance(item, dict):
-            return None
-        fn = item.get("function", item)
-        if not isinstance(fn, dict):
-            return None
-        name = fn.get("name", fn.get("tool_name"))  # Command R's key
-        args = fn.get("arguments", fn.get("parameters", {}))
-        if name is None and len(fn) == 1:  # Apertus: {NAME: arguments}
-            name, args = next(iter(fn.items()))
-            if name not in self.tools:
-                return None
-        if not isinstance(name, str):
-            return None
-        if isinstance(args, str):
-            try:
-                args = json_text.loads(args) if args.strip() else {}
-            except ValueError:
-                return ToolCall(new_call_id(), name, json.dumps({"_raw": args}))
-        if isinstance(args, dict):
-            args = coerce_arguments(args, self.tools.get(name, {}).get("parameters"))
-        return ToolCall(new_call_id(), name, json.dumps(args, ensure_ascii=False))
+        return read_call(item, self.tools)
 
     def _bare_calls(self, text: str) -> list[ToolCall] | None:
-        body = text.strip()
-        fenced = _FENCE.match(body)
-        if fenced:
-            body = fenced.group(1)
-        try:
-            data = json_text.loads(body)
-        except ValueError:
-            return None
-        items = data if isinstance(data, list) else [data]
-        calls = []
-        for item in items:
-            if not (isinstance(item, dict) and item.get("name") in self.tools
-                    and isinstance(item.get("arguments", item.get("parameters")), (dict, str))):
-                return None
-            call = self._tool_call(item)
-            if call is None:
-                return None
-            calls.append(call)
-        return calls or None
+        return read_bare_calls(text, self.tools)
 
     def _record(self, out: MessageDelta) -> MessageDelta:
         self.message.reasoning += out.reasoning
@@ -514,15 +469,3 @@ def _json_string(body: str) -> str | None:
     except ValueError:
         return None
     return value if isinstance(value, str) else None
-
-
-def coerce_arguments(args: dict[str, Any], parameters: Any) -> dict[str, Any]:
-    """Values parsed as text (XML parameters) take the types the tool declares."""
-    props = parameters.get("properties", {}) if isinstance(parameters, dict) else {}
-    out = {}
-    for key, value in args.items():
-        spec = props.get(key)
-        if isinstance(spec, dict) and isinstance(value, str) and "type" in spec:
-            value = coerce(value, spec["type"])
-        out[key] = value
-    return out

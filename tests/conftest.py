@@ -110,10 +110,19 @@ class ServerProcess:
 
 
 def start_server(config: dict[str, Any], tmp: Path, *, wait: bool = True,
-                 env: dict[str, str] | None = None) -> ServerProcess:
+                 env: dict[str, str] | None = None,
+                 default_batch_dir: bool = False) -> ServerProcess:
+    """A server on ``config``. The Batch API's store goes under ``tmp`` unless the config
+    names one or ``default_batch_dir`` keeps the default (``~/.cache/llamaserve/batches/
+    <port>``): hundreds of test servers would leave hundreds of stores there."""
+    port = free_port()
+    server_cfg = config.get("server", {})
+    if not default_batch_dir and "batch_dir" not in server_cfg \
+            and server_cfg.get("batch_api", True):
+        config = {**config, "server": {**server_cfg,
+                                       "batch_dir": str(tmp / f"batches-{port}")}}
     cfg_path = tmp / f"config-{time.monotonic_ns()}.json"
     cfg_path.write_text(json.dumps(config))
-    port = free_port()
     log_path = tmp / f"server-{port}.log"
     with log_path.open("wb") as log:
         proc = subprocess.Popen(

@@ -232,7 +232,10 @@ def _branch(schema_name: str, body: Any) -> str:
 def validate(schema_name: str, body: Any) -> str | None:
     """None if ``body`` is valid, else the most telling error."""
     name = _branch(schema_name, body)
-    error = best_match(validator(name).iter_errors(body))
+    check = validator(name)
+    if check.is_valid(body):
+        return None
+    error = best_match(check.iter_errors(body))
     if error is None:
         return None
     where = "/".join(str(part) for part in error.absolute_path) or "(body)"

@@ -7,6 +7,7 @@ default start (no ``batch_dir`` in the config)."""
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +19,7 @@ import pytest
 from openai import OpenAI
 
 from conftest import ServerProcess, qwen_config, start_server
+from engine.config import default_batch_dir
 
 
 def store_config(store: Path) -> dict[str, Any]:
@@ -33,9 +35,12 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory, store: Path) -> Iterator[ServerProcess]:
-    s = start_server(store_config(store), tmp_path_factory.mktemp("routes"))
+    # the Batch API's default store (~/.cache/llamaserve/batches/<port>), removed after
+    s = start_server(store_config(store), tmp_path_factory.mktemp("routes"),
+                     default_batch_dir=True)
     yield s
     s.stop()
+    shutil.rmtree(default_batch_dir(s.port), ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
@@ -272,6 +277,9 @@ def test_conversation_refusals(client: OpenAI) -> None:
     # a conversation is not a response, nor the reverse
     with pytest.raises(openai.NotFoundError):
         client.responses.retrieve(conv.id)
+    with pytest.raises(openai.BadRequestError) as err:
+        client.responses.create(previous_response_id=conv.id, input="x")
+    assert err.value.code == "previous_response_not_found"
     r = client.responses.create(input="x", max_output_tokens=2)
     with pytest.raises(openai.NotFoundError):
         client.conversations.retrieve(r.id)
@@ -281,6 +289,7 @@ def test_conversation_refusals(client: OpenAI) -> None:
 
 def test_batch_api_is_on_by_default(client: OpenAI, server: ServerProcess) -> None:
     assert "batch_dir" not in json.dumps(qwen_config())
+    store = Path(default_batch_dir(server.port))
     line = {"custom_id": "a", "method": "POST", "url": "/v1/chat/completions",
             "body": {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3}}
     upload = client.files.create(file=("in.jsonl", json.dumps(line).encode()),
@@ -294,3 +303,4 @@ def test_batch_api_is_on_by_default(client: OpenAI, server: ServerProcess) -> No
     assert batch.status == "completed" and batch.output_file_id
     out = json.loads(client.files.content(batch.output_file_id).text)
     assert out["custom_id"] == "a" and out["response"]["status_code"] == 200
+    assert any(store.iterdir())  # kept in the default store, which survives restarts

@@ -79,6 +79,19 @@ def test_sampling_defaults_fill_what_a_request_leaves_out() -> None:
     assert (plain.temperature, plain.top_k, plain.top_p) == (0.8, 40, 0.95)
 
 
+def test_batch_api_is_on_by_default_with_a_store_per_port(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("LLAMASERVE_CACHE", str(tmp_path))
+    on = parse({**model(), "server": {"port": 8123}})
+    assert on.server.batch_api and on.server.batch_dir == str(tmp_path / "batches" / "8123")
+    named = parse({**model(), "server": {"batch_dir": "~/b"}})
+    assert named.server.batch_dir is not None and not named.server.batch_dir.startswith("~")
+    off = parse({**model(), "server": {"batch_api": False}})
+    assert off.server.batch_dir is None
+    with pytest.raises(ConfigError, match="batch_api"):
+        parse({**model(), "server": {"batch_api": "yes"}})
+
+
 def test_served_name_is_never_a_path() -> None:
     assert parse(model()).model.served_name() == "x"
 

@@ -161,8 +161,8 @@ async def _history(state: ModelState, previous: str | None,
     if local is not None and previous in local:
         return local[previous]
     stored = await state.responses.get(previous)
-    if stored is None:
-        raise APIError(f"Previous response with id '{previous}' not found.",
+    if stored is None or stored.response.get("object") != "response":
+        raise APIError(f"Previous response with id '{previous[:200]}' not found.",
                        param="previous_response_id", code="previous_response_not_found")
     return stored.conversation
 
