@@ -257,6 +257,8 @@ def check_record(record: dict[str, Any], report: Report) -> None:
     route = route_of(record["path"])
     if route is None or route in UNCHECKED or record.get("truncated"):
         return
+    if record.get("method") == "OPTIONS":  # a CORS preflight: headers, not an API body
+        return
     if record["kind"] == "websocket":
         bodies, schema = [record["body"]], "ResponsesWebSocketStreamEvent"
         where = "websocket"
