@@ -17,6 +17,8 @@ from typing import Any
 
 import jsonschema
 
+from engine.model_pull import default_batch_dir
+
 
 class ConfigError(ValueError):
     """A config problem, with the JSON path of the offending field in the message."""
@@ -73,10 +75,8 @@ class ServerConfig:
     max_loaded_models: int = 0  # models loaded at once (LRU unloaded first); 0 = no limit
     max_loaded_bytes: int = 0  # weights + KV of loaded models; 0 = no limit
     model_idle_seconds: float = 0.0  # unload a model unused this long; 0 = never
-    # the Batch API (api/batch): its store's directory, one server process per directory
-    # (None with batch_api off: the Batch API is off). Default: <cache>/batches/<port>
-    batch_api: bool = True
-    batch_dir: str | None = None
+    batch_api: bool = True  # the Batch API (api/batch); off: batch_dir is None
+    batch_dir: str | None = None  # its store, one process each (<cache>/batches/<port>)
     batch_max_bytes: int = 10 * 1024**3  # uploads + results in batch_dir
     batch_file_max_bytes: int = 200 * 1024**2  # one upload
     batch_max_lines: int = 50_000  # requests in one batch input file
@@ -291,13 +291,6 @@ def validate(data: Any) -> None:
         raise ConfigError(_describe(deepest))
 
 
-def default_batch_dir(port: int) -> str:
-    """The Batch API's store when the config names none: under the model cache, one per
-    port (a server restarted on its port finds its batches; two servers never share)."""
-    cache = Path(os.environ.get("LLAMASERVE_CACHE") or Path.home() / ".cache" / "llamaserve")
-    return str(cache / "batches" / (str(port) if port else f"pid-{os.getpid()}"))
-
-
 def expand_path(value: str) -> str:
     return os.path.expandvars(os.path.expanduser(value))
 
@@ -444,13 +437,10 @@ def _server(data: dict[str, Any]) -> ServerConfig:
         cors: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v
                                 for k, v in data["cors"].items()}
         values["cors"] = CorsConfig(**cors)
-    if data.get("log_file"):
-        values["log_file"] = expand_path(data["log_file"])
-    if data.get("responses_store_path"):
-        values["responses_store_path"] = expand_path(data["responses_store_path"])
-    if data.get("batch_dir"):
-        values["batch_dir"] = expand_path(data["batch_dir"])
-    elif data.get("batch_api", True):
+    for key in ("log_file", "responses_store_path", "batch_dir"):  # paths: ~ expanded
+        if data.get(key):
+            values[key] = expand_path(data[key])
+    if not data.get("batch_dir") and data.get("batch_api", True):  # on: a store per port
         values["batch_dir"] = default_batch_dir(values.get("port", ServerConfig.port))
     if values.get("batch_file_max_bytes", 0) > values.get("batch_max_bytes", 10 * 1024**3):
         raise ConfigError("server.batch_file_max_bytes: larger than server.batch_max_bytes "

@@ -64,6 +64,12 @@ def cache_dir() -> Path:
     return Path(os.environ.get("LLAMASERVE_CACHE", Path.home() / ".cache" / "llamaserve"))
 
 
+def default_batch_dir(port: int) -> str:
+    """The Batch API's store when the config names none: under the cache, one per port
+    (a server restarted on its port finds its batches; two servers never share one)."""
+    return str(cache_dir() / "batches" / (str(port) if port else f"pid-{os.getpid()}"))
+
+
 def model_path(name: str) -> Path:
     return cache_dir() / MODELS[name].filename
 

@@ -19,7 +19,7 @@ import pytest
 from openai import OpenAI
 
 from conftest import ServerProcess, qwen_config, start_server
-from engine.config import default_batch_dir
+from engine.model_pull import default_batch_dir
 
 
 def store_config(store: Path) -> dict[str, Any]:
