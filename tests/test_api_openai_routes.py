@@ -196,19 +196,26 @@ def test_background_stream_sends_the_events(server: ServerProcess) -> None:
                                                            "response.incomplete")
 
 
-def test_background_response_survives_kill_9(tmp_path: Path) -> None:
+@pytest.mark.parametrize("stop", ["kill -9", "graceful"])
+def test_background_response_survives_its_server(tmp_path: Path, stop: str) -> None:
+    """SIGKILL mid-answer, or a graceful stop (drain, shutdown): the next server on the
+    store resumes the response; neither leaves it cancelled."""
     store = tmp_path / "store"
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
     first = start_server(store_config(store), tmp_path / "a")
     try:
         c = OpenAI(base_url=first.base_url, api_key="unused", max_retries=0, timeout=60)
-        r = c.responses.create(input="List ten fruits, one per line.", background=True,
+        r = c.responses.create(input="Count from 1 to 300, one number per line.",
+                               background=True,
                                max_output_tokens=400, temperature=0)
         poll(c, r.id, ("in_progress",))
     finally:
-        first.proc.kill()  # SIGKILL: no shutdown, the run dies mid-answer
-        first.proc.wait()
+        if stop == "kill -9":
+            first.proc.kill()  # SIGKILL: no shutdown, the run dies mid-answer
+            first.proc.wait()
+        else:
+            first.stop()  # SIGTERM: drains, shuts down
     second = start_server(store_config(store), tmp_path / "b")
     try:
         c = OpenAI(base_url=second.base_url, api_key="unused", max_retries=0, timeout=60)

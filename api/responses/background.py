@@ -6,13 +6,16 @@ The run stores the response when it starts and when it ends; ``GET /v1/responses
 polls it and ``POST /v1/responses/{id}/cancel`` stops it (the engine frees its sequence
 at its next step) and stores it ``cancelled``.
 
-They survive the server's death where the store is a directory (``server.
-responses_store_path``): a running response holds an exclusive lock on a marker file
+They survive the server's death where the store is a directory
+(``server.responses_store_path``): a running response holds an exclusive lock on a marker file
 (``<store>/.background/<id>``) and keeps its request in the store. The kernel drops the
 lock when the process dies, ``kill -9`` included; any server sharing the store (the same
 one restarted, or a replica) finds the unlocked marker at start-up or within
 ``SCAN_SECONDS``, takes the lock and runs the response again from its request, under the
 same id. A response is generated whole again, not continued from where it stopped.
+A drain (SIGTERM) hands them over the same way at once: they stop, stay stored
+``in_progress`` with their markers, and the next server resumes them. On the in-memory
+store they run on within the drain's time.
 """
 
 from __future__ import annotations
@@ -37,11 +40,12 @@ class BackgroundRun:
     claim: Claim | None
     task: asyncio.Task[None] | None = None
     listeners: list[asyncio.Queue[dict[str, Any] | None]] = field(default_factory=list)
+    cancelled: bool = False  # by the client: stored ``cancelled`` however the run ends
 
     def cancel(self) -> None:
-        self.run.builder.status = "cancelled"
+        self.cancelled = True
         if self.run.gen is not None:
-            self.run.gen.cancel()
+            self.run.gen.cancel()  # the engine lets the sequence go at its next step
         if self.task is not None:
             self.task.cancel()
 
@@ -54,16 +58,22 @@ class BackgroundRuns:
         self.resume = resume  # async (stored request, response id, claim) -> None
         self.runs: dict[str, BackgroundRun] = {}
         self._scan: asyncio.Task[None] | None = None
+        self.stopping = False  # the server is shutting down: runs are left to resume
 
     def start(self) -> None:
         if self.store.can_claim:
             self._scan = asyncio.get_running_loop().create_task(self._scan_loop())
 
     def stop(self) -> None:
+        """Shutting down: stop generating, but leave each run as stored (``in_progress``)
+        with its marker in place, so the next server on a directory store resumes it, as
+        after ``kill -9``; nothing is stored ``cancelled``."""
+        self.stopping = True
         if self._scan is not None:
             self._scan.cancel()
         for item in list(self.runs.values()):
-            item.cancel()
+            if item.task is not None:
+                item.task.cancel()
 
     async def begin(self, run: Any, request: dict[str, Any], claim: Claim | None = None,
                     listeners: list[asyncio.Queue[dict[str, Any] | None]] | None = None
@@ -101,7 +111,7 @@ class BackgroundRuns:
                 for queue in item.listeners:
                     queue.put_nowait(event)
         except asyncio.CancelledError:
-            run.builder.status = "cancelled"
+            pass  # a client's cancel, or the server stopping: _finish tells which
         except APIError as exc:
             for event in run.builder.fail(exc.message, exc.code or "server_error"):
                 for queue in item.listeners:
@@ -118,12 +128,16 @@ class BackgroundRuns:
 
     async def _finish(self, item: BackgroundRun) -> None:
         run = item.run
+        if item.cancelled:
+            run.builder.status = "cancelled"
+        left = self.stopping and not item.cancelled  # stored as running: resumed later
         try:
-            await run.save()
+            if not left:
+                await run.save()
         finally:
             self.runs.pop(run.builder.response_id, None)
             if item.claim is not None:
-                await self.store.release(item.claim)
+                await self.store.release(item.claim, keep_marker=left)
             for queue in item.listeners:
                 queue.put_nowait(None)
 

@@ -65,7 +65,9 @@ class ResponseStore:
     async def claim(self, response_id: str) -> Claim | None:
         return Claim(response_id)
 
-    async def release(self, claim: Claim) -> None:
+    async def release(self, claim: Claim, keep_marker: bool = False) -> None:
+        """Let a claim go; ``keep_marker`` leaves the marker for another server to
+        resume the run (a shutdown), else the run is done and its marker goes."""
         return None
 
     async def orphans(self) -> list[Claim]:
@@ -157,8 +159,8 @@ class DirectoryResponseStore(ResponseStore):
         fd = await run_in_threadpool(self._lock, path, True)
         return None if fd is None else Claim(response_id, fd, path)
 
-    async def release(self, claim: Claim) -> None:
-        if claim.path is not None:
+    async def release(self, claim: Claim, keep_marker: bool = False) -> None:
+        if claim.path is not None and not keep_marker:
             with contextlib.suppress(OSError):
                 claim.path.unlink()
         if claim.fd is not None:

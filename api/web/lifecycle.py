@@ -155,6 +155,8 @@ class Lifecycle:
             server.should_exit = True
             return
         state.gate.draining = True
+        if state.background is not None and state.background.store.can_claim:
+            state.background.stop()  # handed over: the next server on the store resumes them
         log.warning("draining: %d request(s) in flight%s", state.gate.in_flight,
                     f", up to {timeout:g} s" if timeout is not None else "")
         deadline = None if timeout is None else time.monotonic() + timeout
