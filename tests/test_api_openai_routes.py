@@ -167,8 +167,10 @@ def generated(server: ServerProcess) -> float:
 
 def test_cancel_stops_the_generation_within_one_step(server: ServerProcess,
                                                      client: OpenAI) -> None:
+    # ignore_eos: the run cannot end on its own before the cancel lands
     r = client.responses.create(input="Write a very long story about a ship.",
-                                background=True, max_output_tokens=3000, temperature=0.8)
+                                background=True, max_output_tokens=3000, temperature=0.8,
+                                extra_body={"ignore_eos": True})
     poll(client, r.id, ("in_progress",))
     before = generated(server)
     time.sleep(0.5)

@@ -312,7 +312,8 @@ def parse_request(body: Body, open_reasoning: Opener | None = None) -> ResponseR
                      # llama-server's extensions, as its chat route reads them
                      ("thinking_budget_tokens", "thinking_budget_tokens"),
                      ("reasoning_budget_tokens", "reasoning_budget_tokens"),
-                     ("chat_template_kwargs", "chat_template_kwargs")):
+                     ("chat_template_kwargs", "chat_template_kwargs"),
+                     ("ignore_eos", "ignore_eos")):
         if data.get(src) is not None:
             chat[dst] = data[src]
     tools, offered = _tools(data.get("tools"))
