@@ -31,11 +31,25 @@ CAPTURE = Path(tempfile.mkdtemp(prefix="llamaserve-capture-"))
 os.environ["LLAMASERVE_CAPTURE_DIR"] = str(CAPTURE)
 
 
+# seconds per test file (setup + call + teardown): printed at the end, the CI budget's map
+FILE_SECONDS: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    name = report.nodeid.split("::", 1)[0]
+    FILE_SECONDS[name] = FILE_SECONDS.get(name, 0.0) + report.duration
+
+
+def file_times() -> str:
+    slowest = sorted(FILE_SECONDS.items(), key=lambda kv: -kv[1])[:15]
+    return "slowest files: " + ", ".join(f"{Path(k).name} {v:.0f}s" for k, v in slowest)
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     from openapi_check import check_directory
     report = check_directory(CAPTURE)
     shutil.rmtree(CAPTURE, ignore_errors=True)
-    summary = report.summary()
+    summary = report.summary() + ("\n" + file_times() if len(FILE_SECONDS) > 1 else "")
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     if reporter is not None:
         reporter.ensure_newline()

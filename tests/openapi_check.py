@@ -259,6 +259,8 @@ def check_record(record: dict[str, Any], report: Report) -> None:
         return
     if record.get("method") == "OPTIONS":  # a CORS preflight: headers, not an API body
         return
+    if record.get("received"):  # a client's WebSocket frame, not the server's answer
+        return
     if record["kind"] == "websocket":
         bodies, schema = [record["body"]], "ResponsesWebSocketStreamEvent"
         where = "websocket"

@@ -1,7 +1,8 @@
 """Traffic capture: every response the server sends, written to a JSON-lines file.
 
 Set ``LLAMASERVE_CAPTURE_DIR`` and each server process appends one line per HTTP response
-(method, path, status, content type, body) and per WebSocket message it sends to
+(method, path, the request's body, status, content type, body) and per WebSocket message it
+sends (and receives) to
 ``<dir>/<pid>.jsonl``. The test suite turns it on for every server it starts and checks
 every captured body against OpenAI's OpenAPI description (``tests/openapi_check.py``).
 It is for conformance checks and debugging, never for production: bodies hold user data.
@@ -56,6 +57,18 @@ class Capture:
                                   "query": scope.get("query_string", b"").decode("latin-1")}
         chunks: list[bytes] = []
         size = 0
+        asked: list[bytes] = []
+        asked_size = 0
+
+        async def read() -> Message:  # the request's body, as the app reads it
+            nonlocal asked_size
+            message = await receive()
+            if message["type"] == "http.request":
+                body = message.get("body", b"")
+                if asked_size < MAX_BODY:
+                    asked.append(body[:MAX_BODY - asked_size])
+                asked_size += len(body)
+            return message
 
         async def capture(message: Message) -> None:
             nonlocal size
@@ -70,12 +83,13 @@ class Capture:
                     chunks.append(body[:MAX_BODY - size])
                 size += len(body)
                 if not message.get("more_body", False):
+                    record["request"] = b"".join(asked).decode("utf-8", "replace")
                     record["body"] = b"".join(chunks).decode("utf-8", "replace")
                     record["truncated"] = size > MAX_BODY
                     self.file.write(record)
             await send(message)
 
-        await self.app(scope, receive, capture)
+        await self.app(scope, read, capture)
 
     async def _websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope["path"]
@@ -85,7 +99,14 @@ class Capture:
                 self.file.write({"kind": "websocket", "path": path, "body": message["text"]})
             await send(message)
 
-        await self.app(scope, receive, capture)
+        async def read() -> Message:
+            message = await receive()
+            if message["type"] == "websocket.receive" and message.get("text") is not None:
+                self.file.write({"kind": "websocket", "path": path, "received": True,
+                                 "body": message["text"][:MAX_BODY]})
+            return message
+
+        await self.app(scope, read, capture)
 
 
 def capture_directory() -> str | None:
