@@ -46,6 +46,8 @@ class Shape(Protocol):
     @property
     def json_key_close(self) -> str: ...
 
+    def close_value(self, key: str) -> str: ...
+
     @property
     def pairs(self) -> bool: ...
 
@@ -75,9 +77,14 @@ def _shaped(tools: list[dict[str, Any]], shape: Shape, *, parallel: bool, lazy: 
     conv, schemas = _converter(), SchemaSet()
     if shape.pairs:
         conv._add_rule("xml-text", _text_rule(shape.value_close))
+        # a close named after its key ({key}) closes any key here: GBNF has no
+        # back-references, and undeclared keys are the open schema's only
+        head, _, tail = shape.value_close.partition("{key}")
+        any_close = _gbnf_literal(head) + (f" [A-Za-z0-9_.-]+ {_gbnf_literal(tail)}"
+                                           if "{key}" in shape.value_close else "")
         conv._add_rule("xml-any-parameter", f"{_gbnf_literal(shape.key_open)} "
                        f"[A-Za-z0-9_.-]+ {_gbnf_literal(shape.key_close)} xml-text "
-                       f"{_gbnf_literal(shape.value_close)}")
+                       f"{any_close}")
     alternatives = []
     for i, (tool, params) in enumerate(zip(tools, tool_parameters(tools), strict=True)):
         name = tool["function"]["name"]
@@ -125,7 +132,7 @@ def _key_values(conv: Any, schemas: SchemaSet, shape: Shape, local: Any, i: int)
         close = shape.key_close if bare else shape.json_key_close
         key_text = _gbnf_literal(shape.key_open + key + close)
         rule = conv._add_rule(f"fn{i}-p{j}",
-                              f"{key_text} {value} {_gbnf_literal(shape.value_close)}")
+                              f"{key_text} {value} {_gbnf_literal(shape.close_value(key))}")
         parts.append(rule if key in required else f"{rule}?")
     closed = isinstance(local, dict) and local.get("additionalProperties") is False
     if not props and not closed:

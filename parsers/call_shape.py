@@ -7,7 +7,8 @@ and the tests' renderings are built from.
 
 ARGS is one JSON object, or (``key_open`` set) key/value markup: for each argument
 ``key_open KEY key_close VALUE value_close``, a string value written bare, any other as
-JSON.
+JSON. A ``{key}`` in ``value_close`` is the argument's key (MiniMax M3 closes each value
+with a tag named after it: ``<city>Tokyo</city>``).
 """
 
 from __future__ import annotations
@@ -47,6 +48,10 @@ class CallShape:
     def json_key_close(self) -> str:
         return self.key_close_json or self.key_close
 
+    def close_value(self, key: str) -> str:
+        """What closes the value of argument ``key``."""
+        return self.value_close.replace("{key}", key)
+
     def render(self, calls: list[tuple[str, dict[str, Any]]]) -> str:
         """The text of ``calls`` (name, arguments) as the family writes them."""
         parts = []
@@ -57,7 +62,7 @@ class CallShape:
                     f"{self.key_open}{key}"
                     f"{self.key_close if b else self.json_key_close}"
                     f"{value if b else json.dumps(value, ensure_ascii=False)}"
-                    f"{self.value_close}" for (key, value), b in zip(args.items(), bare,
+                    f"{self.close_value(key)}" for (key, value), b in zip(args.items(), bare,
                                                                       strict=True))
             else:
                 body = json.dumps(args, ensure_ascii=False)

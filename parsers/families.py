@@ -134,10 +134,23 @@ _GEMMA4 = {"type": "object", "properties": {
 _DS_SECTION = r"<｜tool▁calls▁begin｜>(.*?)(?:<｜tool▁calls▁end｜>|$)"
 _DS_CALL = r"<｜tool▁call▁begin｜>(.*?)(?:<｜tool▁call▁end｜>|$)"
 _KIMI_ARGS = "<|tool_call_argument_begin|>"
+M3_NS = "]<]minimax[>["  # MiniMax M3's namespace token, before each of its tags
+_M3 = re.escape(M3_NS)
 
 FAMILIES: tuple[Family, ...] = (
     Family("gpt-oss", "gpt-oss (harmony)", ("<|channel|>", "<|message|>"), _HARMONY),
     Family("gemma4", "Gemma 4", ("<|tool_call>",), _GEMMA4),
+    Family("minimax-m3", "MiniMax M3", ("]<]minimax[>[",), _schema(
+        {"type": "array", "x-regex": rf"{_M3}<tool_call>(.*?)(?:{_M3}</tool_call>|$)",
+         "x-regex-iterator": rf"({_M3}<invoke\b.*?{_M3}</invoke>)",
+         "items": _item(rf'^{_M3}<invoke name="([^"]+)"',
+                        _kv_args(rf"^{_M3}<invoke[^>]*>(.*){_M3}</invoke>$",
+                                 rf"{_M3}<(?P<key>[^<>/\s]+)>(?P<value>.*?)"
+                                 rf"{_M3}</(?P=key)>"))},
+        rf"{_M3}<tool_call>", ("<mm:think>", "</mm:think>")),
+        CallShape(f'{M3_NS}<invoke name="', '">', f"{M3_NS}</invoke>\n",
+                  f"{M3_NS}<tool_call>\n", f"{M3_NS}</tool_call>", key_open=f"{M3_NS}<",
+                  key_close=">", value_close=f"{M3_NS}</{{key}}>")),
     Family("minimax-m2", "MiniMax M2", ("<minimax:tool_call>",), _schema(
         {"type": "array", "x-regex": r"<minimax:tool_call>(.*?)(?:</minimax:tool_call>|$)",
          "x-regex-iterator": r"(<invoke\b.*?</invoke>)",

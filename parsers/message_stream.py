@@ -273,6 +273,12 @@ class MessageStream:
                     return True
                 if lay.reasoning_start.startswith(head):
                     return False  # could still be the opener
+                if head.startswith(lay.reasoning_end):  # an empty reasoning, no opener
+                    self.buf = head[len(lay.reasoning_end):]  # (MiniMax M3: "</mm:think>")
+                    self.skip_ws = True
+                    return True
+                if lay.reasoning_end.startswith(head):
+                    return False  # could still be the closer
             if self.bare_json and (head.startswith("{") or head.startswith("```")
                                    or head.startswith("[")):
                 self.state = self.BARE_JSON

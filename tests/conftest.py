@@ -31,18 +31,39 @@ CAPTURE = Path(tempfile.mkdtemp(prefix="llamaserve-capture-"))
 os.environ["LLAMASERVE_CAPTURE_DIR"] = str(CAPTURE)
 
 
-# seconds per test file (setup + call + teardown): printed at the end, the CI budget's map
+# per test file: wall seconds (setup + call + teardown, module fixtures included) and the
+# machine's busy CPU seconds meanwhile (all cores, from /proc/stat): printed at the end, the
+# CI budget's map. A file far below 100% of the cores waits more than it computes.
 FILE_SECONDS: dict[str, float] = {}
+FILE_CPU: dict[str, float] = {}
 
 
-def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    name = report.nodeid.split("::", 1)[0]
-    FILE_SECONDS[name] = FILE_SECONDS.get(name, 0.0) + report.duration
+def busy_cpu_seconds() -> float:
+    try:
+        with open("/proc/stat") as stat:
+            ticks = [int(v) for v in stat.readline().split()[1:8]]
+    except (OSError, ValueError):
+        return 0.0
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    started, busy = time.monotonic(), busy_cpu_seconds()
+    yield
+    name = item.nodeid.split("::", 1)[0]
+    FILE_SECONDS[name] = FILE_SECONDS.get(name, 0.0) + time.monotonic() - started
+    FILE_CPU[name] = FILE_CPU.get(name, 0.0) + busy_cpu_seconds() - busy
 
 
 def file_times() -> str:
-    slowest = sorted(FILE_SECONDS.items(), key=lambda kv: -kv[1])[:15]
-    return "slowest files: " + ", ".join(f"{Path(k).name} {v:.0f}s" for k, v in slowest)
+    cores = os.cpu_count() or 1
+    total, cpu = sum(FILE_SECONDS.values()), sum(FILE_CPU.values())
+    slowest = sorted(FILE_SECONDS.items(), key=lambda kv: -kv[1])[:20]
+    return (f"time per file ({total:.0f}s, CPU busy {cpu / max(total * cores, 1e-9):.0%} of "
+            f"{cores} cores): " + ", ".join(
+                f"{Path(k).name} {v:.0f}s {FILE_CPU[k] / max(v * cores, 1e-9):.0%}"
+                for k, v in slowest))
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

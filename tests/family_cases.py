@@ -16,7 +16,7 @@ from typing import Any
 from llama_templates import template
 
 from parsers.chat_template import ChatTemplate
-from parsers.families import Family, detect
+from parsers.families import M3_NS, Family, detect
 from parsers.template_probe import derive
 
 SPECIAL = {"type": "function", "function": {
@@ -109,6 +109,32 @@ CASES = [
     ParseCase("MiniMax-M2.jinja", '\n</think>\n\n<minimax:tool_call>\n<invoke name='
               '"special_function">\n<parameter name="arg1">1</parameter>\n</invoke>\n'
               "</minimax:tool_call>", calls=(CALL,)),
+    # MiniMax M3: a namespace token before every tag, each argument a tag named after it
+    ParseCase("MiniMax-M3.jinja", f"</mm:think>{HELLO}", content=HELLO, thinking=True),
+    ParseCase("MiniMax-M3.jinja", f"<mm:think>{THOUGHT}</mm:think>{HELLO}", content=HELLO,
+              reasoning=THOUGHT, thinking=True),
+    ParseCase("MiniMax-M3.jinja", f"<mm:think>Let me check the time</mm:think>{M3_NS}"
+              f'<tool_call>\n{M3_NS}<invoke name="get_time">{M3_NS}<city>Tokyo{M3_NS}</city>'
+              f"{M3_NS}</invoke>\n{M3_NS}</tool_call>", reasoning="Let me check the time",
+              calls=(("get_time", {"city": "Tokyo"}),), thinking=True, tools=("get_time",)),
+    ParseCase("MiniMax-M3.jinja", f'</mm:think>{M3_NS}<tool_call>\n{M3_NS}<invoke name='
+              f'"special_function">{M3_NS}<arg1>1{M3_NS}</arg1>{M3_NS}</invoke>\n'
+              f"{M3_NS}</tool_call>", calls=(CALL,), thinking=True),
+    ParseCase("MiniMax-M3.jinja", f"<mm:think>Let's call a tool:</mm:think>{M3_NS}"
+              f'<tool_call>\n{M3_NS}<invoke name="empty_args">{M3_NS}</invoke>\n'
+              f"{M3_NS}</tool_call>", reasoning="Let's call a tool:",
+              calls=(("empty_args", {}),), thinking=True, tools=("empty_args",)),
+    ParseCase("MiniMax-M3.jinja", f"<mm:think>Calling both</mm:think>{M3_NS}<tool_call>\n"
+              f'{M3_NS}<invoke name="get_time">{M3_NS}<city>Paris{M3_NS}</city>'
+              f'{M3_NS}</invoke>\n{M3_NS}<invoke name="special_function">{M3_NS}<arg1>1'
+              f"{M3_NS}</arg1>{M3_NS}</invoke>\n{M3_NS}</tool_call>", reasoning="Calling both",
+              calls=(("get_time", {"city": "Paris"}), CALL), thinking=True,
+              tools=("get_time", "special_function")),
+    ParseCase("MiniMax-M3.jinja", f"<mm:think>Thinking about it</mm:think>Let me call the "
+              f'function.{M3_NS}<tool_call>\n{M3_NS}<invoke name="special_function">{M3_NS}'
+              f"<arg1>1{M3_NS}</arg1>{M3_NS}</invoke>\n{M3_NS}</tool_call>",
+              reasoning="Thinking about it", content="Let me call the function.",
+              calls=(CALL,), thinking=True),
     # Kimi K2
     ParseCase("moonshotai-Kimi-K2.jinja", "<|tool_calls_section_begin|><|tool_call_begin|>"
               "functions.special_function:0<|tool_call_argument_begin|>{\"arg1\": 1}"
@@ -266,7 +292,7 @@ DETECTED = {
     "MiMo-VL.jinja": "hermes",
     "MiniMax-M1.jinja": "minimax-m1",
     "MiniMax-M2.jinja": "minimax-m2",
-    "MiniMax-M3.jinja": None,
+    "MiniMax-M3.jinja": "minimax-m3",
     "Mistral-Small-3.2-24B-Instruct-2506.jinja": "mistral",
     "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.jinja": "qwen3-xml",
     "NVIDIA-Nemotron-Nano-v2.jinja": "nemotron-v2",

@@ -67,7 +67,11 @@ def binary(name: str) -> str:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    coder = qwen_config(n_ctx=8192, n_seq_max=2, max_output_tokens=160)["model"]
+    # 128: room for a call naming a long tmp path; answers after a tool result are cut
+    # there. Greedy where a CLI sends no temperature: the 0.5B model's choice to call the
+    # tool (rather than write it as text) is then the same every run
+    coder = qwen_config(n_ctx=8192, n_seq_max=2, max_output_tokens=128,
+                        sampling={"temperature": 0})["model"]
     tiny = tiny_qwen_config(ending=True, n_ctx=32768, n_seq_max=2)["model"]
     s = start_server({"server": {"host": "127.0.0.1", "max_loaded_models": 2},
                       "models": [coder, tiny]}, tmp_path_factory.mktemp("agent-clis"))
