@@ -69,7 +69,18 @@ def _text_rule(value_close: str) -> str:
         return '([^\\n] | "\\n" [^<])*'
     if value_close.startswith("<"):
         return "[^<]*"
+    if len(value_close) > 1 and value_close[0] != "\n":
+        # (MiniMax M3's "]<]minimax[>[</key>") the close's first two characters never
+        # follow each other inside the value: the parser's lazy regex would cut it there
+        first, second = (_class_char(c) for c in value_close[:2])
+        return f'([^{first}\\n] | {_gbnf_literal(value_close[0])} [^{second}\\n])*'
     return "[^\\n]*"
+
+
+def _class_char(c: str) -> str:
+    """``c`` inside a GBNF character class."""
+    return {"\\": "\\\\", "]": "\\]", "[": "\\[", "^": "\\^", "-": "\\-",
+            "\n": "\\n"}.get(c, c)
 
 
 def _shaped(tools: list[dict[str, Any]], shape: Shape, *, parallel: bool, lazy: bool,
