@@ -39,9 +39,12 @@ class Shape(Protocol):
     key_close: str
     value_close: str
     json_values: bool
+    single: bool
 
     @property
     def marker(self) -> str: ...
+
+    def typed_key_close(self, kind: str) -> str: ...
 
     @property
     def json_key_close(self) -> str: ...
@@ -50,6 +53,9 @@ class Shape(Protocol):
 
     @property
     def pairs(self) -> bool: ...
+
+
+_JSON_TYPE = {"integer": "number"}  # a schema type as the JSON type of its values
 
 
 def shaped_call_grammar(tools: list[dict[str, Any]], shape: Shape, *, parallel: bool,
@@ -104,12 +110,15 @@ def _shaped(tools: list[dict[str, Any]], shape: Shape, *, parallel: bool, lazy: 
             args = _key_values(conv, schemas, shape, local, i)
         else:
             args = _visit(conv, schemas.root(local), f"fn{i}-args")
-        head = _gbnf_literal(f"{shape.call_open}{name}{shape.name_close}")
+        before, index, rest = shape.name_close.partition("{index}")
+        head = _gbnf_literal(f"{shape.call_open}{name}{before}")
+        if index:  # the call's position (Kimi K3): any, GBNF cannot count
+            head += f" [1-9] [0-9]? {_gbnf_literal(rest)}" if rest else " [1-9] [0-9]?"
         tail = _gbnf_literal(shape.call_close) if shape.call_close else ""
         alternatives.append(conv._add_rule(f"fn{i}", f"{head} {args} {tail}".strip()))
     conv._add_rule("call", " | ".join(alternatives))
-    if not shape.marker and not shape.separator:
-        parallel = False  # a bare JSON call (Llama 3): an answer holds one
+    if shape.single or (not shape.marker and not shape.separator):
+        parallel = False  # one call per answer (GigaChat), or a bare JSON call (Llama 3)
     sep = _gbnf_literal(shape.separator) if shape.separator else ""
     calls = f"call ({sep} call)*" if parallel else "call"
     opening = shape.section_open.lstrip()  # leading space: already written before a trigger
@@ -140,7 +149,8 @@ def _key_values(conv: Any, schemas: SchemaSet, shape: Shape, local: Any, i: int)
         bare = (kind in (None, "string") or isinstance(kind, list)) and not shape.json_values
         value = _xml_string(conv, target, f"fn{i}-p{j}-value") if bare else \
             _visit(conv, schemas.root(spec), f"fn{i}-p{j}-value")
-        close = shape.key_close if bare else shape.json_key_close
+        json_type = _JSON_TYPE.get(kind, kind) if isinstance(kind, str) else "string"
+        close = shape.key_close if bare else shape.typed_key_close(json_type)
         key_text = _gbnf_literal(shape.key_open + key + close)
         rule = conv._add_rule(f"fn{i}-p{j}",
                               f"{key_text} {value} {_gbnf_literal(shape.close_value(key))}")

@@ -137,6 +137,15 @@ _KIMI_ARGS = "<|tool_call_argument_begin|>"
 M3_NS = "]<]minimax[>["  # MiniMax M3's namespace token, before each of its tags
 _M3 = re.escape(M3_NS)
 
+
+def _k3(side: str, tag: str) -> str:
+    """Kimi K3's tag markup as a regex: <|open|>TAG<|sep|> or <|close|>TAG<|sep|>."""
+    return re.escape(f"<|{side}|>{tag}<|sep|>")
+
+
+_K3_THINK = _k3("open", "think")
+_GIGACHAT3_CALL = re.escape("<|message_sep|>\n\nfunction call<|role_sep|>\n")
+
 FAMILIES: tuple[Family, ...] = (
     Family("gpt-oss", "gpt-oss (harmony)", ("<|channel|>", "<|message|>"), _HARMONY),
     Family("gemma4", "Gemma 4", ("<|tool_call>",), _GEMMA4),
@@ -161,6 +170,42 @@ FAMILIES: tuple[Family, ...] = (
         CallShape('<invoke name="', '">\n', "</invoke>\n", "<minimax:tool_call>\n",
                   "</minimax:tool_call>", key_open='<parameter name="', key_close='">',
                   value_close="</parameter>\n")),
+    # GigaChat: one call, a JSON object after its own marker (3.1) or role line (3)
+    Family("gigachat-3.1", "GigaChat 3.1", ("<|function_call|>",), _schema(
+        {"type": "array", "x-regex": r"<\|function_call\|>(.*?)(?:<\|message_sep\|>|$)",
+         "x-regex-iterator": r"(\{.*\})", "items": {"type": "object", "x-parser": "json"}},
+        r"<\|function_call\|>", None),
+        CallShape('{"name": "', '", "arguments": ', "}", "<|function_call|>", single=True)),
+    Family("gigachat-3", "GigaChat 3", ("'function call'", "<|role_sep|>"), _schema(
+        {"type": "array", "x-regex": _GIGACHAT3_CALL + r"(.*?)(?:<\|message_sep\|>|$)",
+         "x-regex-iterator": r"(\{.*\})", "items": {"type": "object", "x-parser": "json"}},
+        _GIGACHAT3_CALL, None),
+        CallShape('{"name": "', '", "arguments": ', "}",
+                  "<|message_sep|>\n\nfunction call<|role_sep|>\n", single=True)),
+    Family("kimi-k3", "Kimi K3", ("<|open|>", "<|sep|>", "<|close|>"), {
+        "type": "object", "properties": {
+            "role": {"const": "assistant"},
+            "reasoning_content": {"type": "string", "x-regex": (
+                rf"^\s*(?:{_K3_THINK})?(.*?)(?={_k3('close', 'think')})")},
+            "content": {"type": "string", "x-regex": (
+                rf"^(?:\s*(?:{_K3_THINK})?.*?{_k3('close', 'think')})?\s*"
+                rf"(?:{_k3('open', 'response')})?(.*?)(?={_k3('close', 'response')}|"
+                rf"{_k3('open', 'tools')}|{_k3('close', 'message')}|$)")},
+            "tool_calls": {
+                "type": "array",
+                "x-regex": rf"{_k3('open', 'tools')}(.*?)(?:{_k3('close', 'tools')}|$)",
+                "x-regex-iterator": rf"(<\|open\|>call .*?{_k3('close', 'call')})",
+                "items": _item(r'^<\|open\|>call tool="([^"]+)"',
+                               _kv_args(r"^<\|open\|>call [^<]*<\|sep\|>(.*)$",
+                                        r'<\|open\|>argument key="(?P<key>[^"]+)"[^<]*'
+                                        r"<\|sep\|>(?P<value>.*?)<\|close\|>argument"
+                                        r"<\|sep\|>"))}},
+        "required": ["role"]},
+        CallShape('<|open|>call tool="', '" index="{index}"<|sep|>', "<|close|>call<|sep|>",
+                  "<|open|>tools<|sep|>", "<|close|>tools<|sep|>",
+                  key_open='<|open|>argument key="', key_close='" type="string"<|sep|>',
+                  key_close_json='" type="{type}"<|sep|>',
+                  value_close="<|close|>argument<|sep|>")),
     Family("kimi-k2", "Kimi K2, K2-Thinking", ("<|tool_calls_section_begin|>",), _schema(
         {"type": "array",
          "x-regex": r"<\|tool_calls_section_begin\|>(.*?)(?:<\|tool_calls_section_end\|>|$)",

@@ -213,6 +213,13 @@ class MessageStream:
         lay = self.layout
         if self.state == self.REASONING:
             assert lay.reasoning_end is not None
+            if not self.started and lay.content_start:  # no reasoning: content's own opener
+                head = self.buf.lstrip()
+                if head.startswith(lay.content_start):
+                    self.state = self.CONTENT
+                    return True
+                if lay.content_start.startswith(head):
+                    return False
             i = self.buf.find(lay.reasoning_end)
             if i >= 0:
                 out.reasoning += self._strip_opener(self.buf[:i].rstrip())
@@ -285,7 +292,21 @@ class MessageStream:
                 return True
             if self.bare_json and "```".startswith(head):
                 return False  # empty so far, or maybe a code fence
+            if lay.content_start:
+                if head.startswith(lay.content_start):
+                    self.buf = head[len(lay.content_start):]
+                    self.started = True
+                    return True
+                if lay.content_start.startswith(head):
+                    return False
         start = lay.block_start or lay.call_start
+        if lay.content_end:
+            i = self.buf.find(lay.content_end)
+            if i >= 0 and not (start and self.buf.find(start, 0, i) >= 0):
+                out.content += self.buf[:i]  # only calls may follow content's own closer
+                self.buf = self.buf[i + len(lay.content_end):]
+                self.state, self.started = self.AFTER_CALLS, True
+                return True
         if start:
             i = self.buf.find(start)
             if i >= 0:
@@ -295,6 +316,8 @@ class MessageStream:
                 self.started = True
                 return True
         keep = _held_prefix(self.buf, start) if start else 0
+        if lay.content_end:
+            keep = max(keep, _held_prefix(self.buf, lay.content_end))
         body = self.buf[: len(self.buf) - keep]
         trailing = len(body) - len(body.rstrip()) if start else 0  # may precede a call
         if trailing > MAX_HELD_SPACE:

@@ -170,6 +170,11 @@ class StreamLayout:
     calls_schema: dict[str, Any] | None = None
     name: str | None = None  # the built-in family (parsers/families.py); None: a config's
     shape: Any = None  # its parsers.call_shape.CallShape: how a forced call is written
+    # content wrapped in markup of its own (Kimi K3's response section): an optional
+    # opener right before content's group, and the closer its lookahead names first;
+    # text after the closer is not content (only calls may follow)
+    content_start: str | None = None
+    content_end: str | None = None
 
 
 def _literal_runs(items: list[Any]) -> list[tuple[int, str]]:
@@ -249,12 +254,14 @@ def stream_layout(schema: dict[str, Any]) -> StreamLayout:
             r_start = next((t for t in reversed(before) if t), None)
         if r_end is None:
             raise SchemaError("cannot tell where reasoning ends from its x-regex")
+    wrap = _content_wrapper(props.get("content", {}).get("x-regex"))
     calls = props.get("tool_calls", {})
     if "x-regex" in calls:
         b_start, b_end = _section(calls["x-regex"])
         family, markers = _family(None, r_start, None)
         return StreamLayout(r_start, r_end, family=family, markers=markers,
-                            block_start=b_start, block_end=b_end, calls_schema=calls)
+                            block_start=b_start, block_end=b_end, calls_schema=calls,
+                            content_start=wrap[0], content_end=wrap[1])
     if "x-regex-iterator" in calls:
         call_regex = calls["x-regex-iterator"]
         items = list(sre_parse.parse(call_regex))
@@ -276,7 +283,23 @@ def stream_layout(schema: dict[str, Any]) -> StreamLayout:
         call_schema = calls.get("items", {})
     family, markers = _family(call_regex, r_start, call_schema)
     return StreamLayout(r_start, r_end, c_start, c_end, call_regex, call_schema, family,
-                        markers)
+                        markers, content_start=wrap[0], content_end=wrap[1])
+
+
+def _content_wrapper(regex: str | None) -> tuple[str | None, str | None]:
+    """(opener, closer) of content written inside markup of its own: an optional literal
+    right before content's group, and the first literal of what follows it; (None, None)
+    when content has no opener of its own."""
+    if not regex:
+        return None, None
+    items = list(sre_parse.parse(regex))
+    g = _group_index(items)
+    if not g:
+        return None, None
+    opener = _optional_literal(items[g - 1])
+    if opener is None:
+        return None, None
+    return opener, _first_literal(items[g + 1:])
 
 
 def _section(regex: str) -> tuple[str, str | None]:

@@ -41,6 +41,17 @@ HELLO = "Hello, world!\nWhat's up?"  # test-chat.cpp's message_assist
 THOUGHT = "I'm\nthinking"  # its message_assist_thoughts
 CALL = ("special_function", {"arg1": 1})  # its message_assist_call
 JSON_CALL = '{"name": "special_function", "arguments": {"arg1": 1}}'
+K3_RESPONSE = "<|open|>response<|sep|>"
+PRINT_HEY = "print('hey')"
+K3_END = "<|close|>response<|sep|><|close|>message<|sep|>"
+
+
+def k3_call(name: str, index: int, **args: Any) -> str:
+    """One Kimi K3 call as its template writes it (string values bare, others typed)."""
+    body = "".join(
+        f'<|open|>argument key="{k}" type="{"string" if isinstance(v, str) else "number"}"'
+        f"<|sep|>{v}<|close|>argument<|sep|>" for k, v in args.items())
+    return f'<|open|>call tool="{name}" index="{index}"<|sep|>{body}<|close|>call<|sep|>'
 
 
 @dataclass(frozen=True)
@@ -135,6 +146,43 @@ CASES = [
               f"<arg1>1{M3_NS}</arg1>{M3_NS}</invoke>\n{M3_NS}</tool_call>",
               reasoning="Thinking about it", content="Let me call the function.",
               calls=(CALL,), thinking=True),
+    # Kimi K3: tags built from <|open|> / <|sep|> / <|close|>, content in a response section,
+    # typed arguments; the prompt opens the think section (thinking is on unless set off)
+    ParseCase("Kimi-K3.jinja", f"{K3_RESPONSE}{HELLO}{K3_END}", content=HELLO),
+    ParseCase("Kimi-K3.jinja", f"I'm thinking about this<|close|>think<|sep|>{K3_RESPONSE}"
+              f"{HELLO}{K3_END}", content=HELLO, reasoning="I'm thinking about this"),
+    ParseCase("Kimi-K3.jinja", f"{K3_RESPONSE}Use the response tag, then message the handler."
+              f"{K3_END}", content="Use the response tag, then message the handler."),
+    ParseCase("Kimi-K3.jinja", "I was still thinking when the budget ran out",
+              reasoning="I was still thinking when the budget ran out"),
+    ParseCase("Kimi-K3.jinja", f"{K3_RESPONSE}<|close|>response<|sep|><|open|>tools<|sep|>"
+              f"{k3_call('special_function', 1, arg1=1)}<|close|>tools<|sep|>"
+              "<|close|>message<|sep|>", calls=(CALL,)),
+    ParseCase("Kimi-K3.jinja", f"I should call it<|close|>think<|sep|>{K3_RESPONSE}On it."
+              f"<|close|>response<|sep|><|open|>tools<|sep|>"
+              f"{k3_call('special_function', 1, arg1=1)}<|close|>tools<|sep|>"
+              "<|close|>message<|sep|>", reasoning="I should call it", content="On it.",
+              calls=(CALL,)),
+    ParseCase("Kimi-K3.jinja", f"{K3_RESPONSE}<|close|>response<|sep|><|open|>tools<|sep|>"
+              f"{k3_call('special_function', 1, arg1=1)}"
+              f"{k3_call('special_function_with_opt', 2, arg1=1, arg2=2)}"
+              "<|close|>tools<|sep|><|close|>message<|sep|>",
+              calls=(CALL, ("special_function_with_opt", {"arg1": 1, "arg2": 2})),
+              tools=("special_function", "special_function_with_opt")),
+    ParseCase("Kimi-K3.jinja", f"{K3_RESPONSE}<|close|>response<|sep|><|open|>tools<|sep|>"
+              f"{k3_call('get_time', 1, city=PRINT_HEY)}<|close|>tools<|sep|>"
+              "<|close|>message<|sep|>", calls=(("get_time", {"city": PRINT_HEY}),),
+              tools=("get_time",)),
+    # GigaChat 3 (a "function call" role line) and 3.1 (its own marker): one JSON call
+    ParseCase("GigaChat3-10B-A1.8B.jinja", HELLO, content=HELLO),
+    ParseCase("GigaChat3-10B-A1.8B.jinja", f"<|message_sep|>\n\nfunction call<|role_sep|>\n"
+              f"{JSON_CALL}", calls=(CALL,)),
+    ParseCase("GigaChat3-10B-A1.8B.jinja", f"{HELLO}<|message_sep|>\n\nfunction call"
+              f"<|role_sep|>\n{JSON_CALL}", content=HELLO, calls=(CALL,)),
+    ParseCase("GigaChat3.1-10B-A1.8B.jinja", HELLO, content=HELLO),
+    ParseCase("GigaChat3.1-10B-A1.8B.jinja", f"<|function_call|>{JSON_CALL}", calls=(CALL,)),
+    ParseCase("GigaChat3.1-10B-A1.8B.jinja", f"{HELLO}<|function_call|>{JSON_CALL}",
+              content=HELLO, calls=(CALL,)),
     # Kimi K2
     ParseCase("moonshotai-Kimi-K2.jinja", "<|tool_calls_section_begin|><|tool_call_begin|>"
               "functions.special_function:0<|tool_call_argument_begin|>{\"arg1\": 1}"
@@ -280,12 +328,12 @@ DETECTED = {
     "CohereForAI-c4ai-command-r7b-12-2024-tool_use.jinja": "command-r7b",
     "GLM-4.6.jinja": "glm",
     "GLM-4.7-Flash.jinja": "glm",
-    "GigaChat3-10B-A1.8B.jinja": None,
-    "GigaChat3.1-10B-A1.8B.jinja": None,
+    "GigaChat3-10B-A1.8B.jinja": "gigachat-3",
+    "GigaChat3.1-10B-A1.8B.jinja": "gigachat-3.1",
     "HuggingFaceTB-SmolLM3-3B.jinja": None,
     "Kimi-K2-Instruct.jinja": "kimi-k2",
     "Kimi-K2-Thinking.jinja": "kimi-k2",
-    "Kimi-K3.jinja": None,
+    "Kimi-K3.jinja": "kimi-k3",
     "LFM2-8B-A1B.jinja": "lfm2",
     "LFM2.5-8B-A1B.jinja": "lfm2",
     "LFM2.5-Instruct.jinja": None,

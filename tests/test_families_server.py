@@ -33,8 +33,11 @@ from engine.grammar import _gbnf_literal
 FAMILY_TEMPLATES = {
     "hermes": "Qwen-Qwen3-0.6B.jinja", "qwen3-xml": "Qwen3.5-4B.jinja",
     "seed-oss": "ByteDance-Seed-OSS.jinja", "glm": "GLM-4.7-Flash.jinja",
-    "minimax-m2": "MiniMax-M2.jinja", "minimax-m1": "MiniMax-M1.jinja",
-    "kimi-k2": "Kimi-K2-Thinking.jinja", "deepseek-v3.1": "deepseek-ai-DeepSeek-V3.1.jinja",
+    "minimax-m3": "MiniMax-M3.jinja", "minimax-m2": "MiniMax-M2.jinja",
+    "minimax-m1": "MiniMax-M1.jinja",
+    "kimi-k2": "Kimi-K2-Thinking.jinja", "kimi-k3": "Kimi-K3.jinja",
+    "gigachat-3": "GigaChat3-10B-A1.8B.jinja", "gigachat-3.1": "GigaChat3.1-10B-A1.8B.jinja",
+    "deepseek-v3.1": "deepseek-ai-DeepSeek-V3.1.jinja",
     "deepseek-r1": "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja",
     "mistral": "mistralai-Ministral-3-14B-Reasoning-2512.jinja",
     "mistral-nemo": "mistralai-Mistral-Nemo-Instruct-2407.jinja",
@@ -221,7 +224,7 @@ def test_json_schema_answers_are_valid(client: OpenAI, family: str) -> None:
 
 
 OPENS = [f for f in FAMILIES if f in ("qwen3-xml", "glm", "minimax-m2", "deepseek-r1",
-                                      "nemotron-v2", "deepseek-v3.1",
+                                      "nemotron-v2", "deepseek-v3.1", "kimi-k3",
                                       "derived:deepseek-v3.2")]
 
 
