@@ -56,6 +56,13 @@ def _schema(tool_calls: dict[str, Any], stop: str, think: tuple[str, str] | None
     return {"type": "object", "properties": props, "required": ["role"]}
 
 
+def _reasoning_only(think: tuple[str, str]) -> dict[str, Any]:
+    """``[reasoning] content``: a family whose template writes no tool calls."""
+    schema = _schema({}, "(?!)", think)
+    del schema["properties"]["tool_calls"]
+    return schema
+
+
 def _item(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
     """One call: its name and arguments each read by a regex from the call's text."""
     return {"type": "object", "properties": {
@@ -312,6 +319,9 @@ FAMILIES: tuple[Family, ...] = (
         CallShape("", "(", ")", "<|tool_call_start|>[", "]<|tool_call_end|>", ", ",
                   key_close="=", value_close=", ", json_values=True))
       for signature in ("<|tool_call_start|>", "<|tool_response_start|>")),
+    # reasoning only: the template writes no tool calls (tools get no "tools" capability)
+    Family("smollm3", "SmolLM3 (reasoning; its template writes no calls)",
+           ("Reasoning Mode: ", "/no_think"), _reasoning_only(THINK)),
     # no call markup: an answer that is only a {"name", "parameters"} object is a call
     # (parsers/message_stream.py's bare JSON calls)
     Family("llama3", "Llama 3.1 / 3.2 / 3.3 (JSON calls)", ("<|start_header_id|>", "parameters"),

@@ -173,6 +173,12 @@ CASES = [
               f"{k3_call('get_time', 1, city=PRINT_HEY)}<|close|>tools<|sep|>"
               "<|close|>message<|sep|>", calls=(("get_time", {"city": PRINT_HEY}),),
               tools=("get_time",)),
+    # SmolLM3 (no case in llama.cpp's tests): reasoning in <think>, the template writes no
+    # calls; thinking off, its prompt closes an empty reasoning block itself
+    ParseCase("HuggingFaceTB-SmolLM3-3B.jinja", f"<think>\n{THOUGHT}\n</think>\n{HELLO}",
+              content=HELLO, reasoning=THOUGHT, thinking=True, tools=()),
+    ParseCase("HuggingFaceTB-SmolLM3-3B.jinja", HELLO, content=HELLO, thinking=False,
+              tools=()),
     # GigaChat 3 (a "function call" role line) and 3.1 (its own marker): one JSON call
     ParseCase("GigaChat3-10B-A1.8B.jinja", HELLO, content=HELLO),
     ParseCase("GigaChat3-10B-A1.8B.jinja", f"<|message_sep|>\n\nfunction call<|role_sep|>\n"
@@ -330,7 +336,7 @@ DETECTED = {
     "GLM-4.7-Flash.jinja": "glm",
     "GigaChat3-10B-A1.8B.jinja": "gigachat-3",
     "GigaChat3.1-10B-A1.8B.jinja": "gigachat-3.1",
-    "HuggingFaceTB-SmolLM3-3B.jinja": None,
+    "HuggingFaceTB-SmolLM3-3B.jinja": "smollm3",
     "Kimi-K2-Instruct.jinja": "kimi-k2",
     "Kimi-K2-Thinking.jinja": "kimi-k2",
     "Kimi-K3.jinja": "kimi-k3",

@@ -35,7 +35,7 @@ def capabilities(state: ModelState) -> list[str]:
         lay = state.layout
         # call markup (a config's schema or the family read from the template), or a
         # template that takes tools and no schema saying it writes none
-        if lay.call_start or lay.block_start or lay.name or (
+        if lay.call_start or lay.block_start or lay.shape is not None or (
                 "tools" in source and not state.model_config.response_schema):
             out.append("tools")
         if model.fim_tokens() is not None:
