@@ -16,6 +16,7 @@
 #   "httptools>=0.6",
 #   "httpx>=0.27",
 #   "python-multipart>=0.0.9",
+#   "llguidance>=1.9",
 # ]
 # ///
 """llamaserve: load the config, build the engine and the app, run uvicorn."""

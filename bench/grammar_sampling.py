@@ -2,10 +2,11 @@
 
 Generates ``--tokens`` tokens for bench/structured.py's prompt with each sampler (no grammar;
 the json_schema grammar; the forced tool-call grammar), once with the grammar checked on
-every candidate (llama.cpp's grammar sampler first in the chain, the old path) and once on
-the best candidates first (``engine.sampling.grammar_plan``), and reports decode and sampling
-milliseconds per token, how many steps needed the full check, and whether both paths gave
-the same tokens (same seed).
+every candidate (llama.cpp's grammar sampler first in the chain, the old path), once on the
+best candidates first (``engine.sampling.grammar_plan``), and once with llguidance's mask
+where the best candidates do not decide (``engine.sampling.masks``), and reports decode and
+sampling milliseconds per token, how many steps needed the full check or the mask, and
+whether each path gave the old path's tokens (same seed).
 
     python bench/grammar_sampling.py
 """
@@ -32,6 +33,10 @@ from engine.runner import Runner  # noqa: E402
 from engine.sampling.samplers import GrammarChain  # noqa: E402
 from fetch_models import model_path  # noqa: E402
 from report import report  # noqa: E402
+
+# (name, best candidates first, llguidance's mask where they do not decide)
+PATHS = (("all candidates", False, False), ("best first", True, False),
+         ("best first, then mask", True, True))
 
 
 def generate(runner: Runner, prompt: list[int], params: SamplingParams, n: int
@@ -81,15 +86,18 @@ def main() -> None:
                                           seed=7),
                 "greedy": SamplingParams(temperature=0.0)}
     rows: list[dict[str, object]] = []
+    masks = runner.samplers.masks
+    assert masks is not None and masks.tokenizer(), "llguidance's tokenizer was not built"
     try:
         for sname, base in settings.items():
             for mode, grammar in grammars.items():
                 params = replace(base, grammar=grammar)
                 results = {}
-                for path_name, fast in (("all candidates", False), ("best first", True)):
+                for path_name, fast, masked in PATHS:
                     if grammar is None and fast:
                         continue
                     runner.samplers.grammar_fast = fast
+                    runner.samplers.masks = masks if masked else None
                     tokens, dec, smp, chain = generate(runner, prompt, params, args.tokens)
                     results[path_name] = tokens
                     rows.append({
@@ -98,10 +106,12 @@ def main() -> None:
                         "decode ms/tok": round(1000 * dec / (args.tokens + 1), 2),
                         "sample ms/tok": round(1000 * smp / args.tokens, 2),
                         "full checks": f"{chain.full}/{args.tokens}" if chain and fast else "",
+                        "masked": f"{chain.masked}/{args.tokens}" if chain and masked else "",
                         "same tokens": "",
                     })
-                if len(results) == 2:
-                    rows[-1]["same tokens"] = results["all candidates"] == results["best first"]
+                    if len(results) > 1:
+                        rows[-1]["same tokens"] = tokens == results["all candidates"]
+                if len(results) > 1:
                     text = runner.vocabulary.detokenize(results["best first"])
                     print(text[:160], file=sys.stderr)
     finally:

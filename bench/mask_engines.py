@@ -39,6 +39,7 @@ from engine.grammar import json_grammar, tool_call_grammar  # noqa: E402
 from fetch_models import cache_dir  # noqa: E402
 from report import report  # noqa: E402
 
+SLICES = None if "--no-slices" not in sys.argv else []
 TOKEN_DATA = np.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")])
 
 
@@ -64,7 +65,7 @@ def ll_tokenizer(vocab: Any) -> Any:
         tokens.append(bytes(buf[:max(k, 0)]))
     fptr = ctypes.cast(L.llama_cpp._lib.llama_tokenize, ctypes.c_void_p).value
     return LLTokenizer.from_llamacpp(tokens=tokens, vocab_ptr=vocab, tokenize_fptr=fptr,
-                                     eos_token=L.llama_vocab_eos(vocab), slices=None)
+                                     eos_token=L.llama_vocab_eos(vocab), slices=SLICES)
 
 
 def ll_walk(tok: Any, spec: str, n_vocab: int, steps: int, rng: random.Random
@@ -137,6 +138,8 @@ def main() -> None:
                                            "tiny-llama-qwen-0.5b.gguf"))
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--walks", type=int, default=3)
+    ap.add_argument("--no-slices", action="store_true",
+                    help="llguidance's tokenizer without its slicer (less memory)")
     args = ap.parse_args()
     import llguidance
     from llguidance.gbnf_to_lark import any_to_lark

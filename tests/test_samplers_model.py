@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from dataclasses import replace
+from typing import Any
 
 import jsonschema
 import pytest
@@ -19,7 +20,8 @@ from engine.config import ModelConfig
 from engine.grammar import json_grammar, tool_call_grammar
 from engine.request import SamplingParams
 from engine.runner import Runner
-from engine.sampling.samplers import Chain
+from engine.sampling.masks import MaskEngine
+from engine.sampling.samplers import Chain, GrammarChain
 
 SCHEMA = {
     "type": "object",
@@ -56,10 +58,26 @@ def runner() -> Iterator[Runner]:
         r.close()
 
 
+@pytest.fixture(scope="module")
+def masks(runner: Runner) -> MaskEngine:
+    engine = MASKS[id(runner)]
+    assert engine.tokenizer() is not None, "llguidance's tokenizer was not built"
+    return engine
+
+
+MASKS: dict[int, MaskEngine] = {}  # each runner's mask engine (taken off by default)
+LAST: dict[str, Any] = {}  # the last generate()'s sampler
+
+
 def generate(runner: Runner, params: SamplingParams, n: int, fast: bool = True,
-             prompt_text: str = PROMPT) -> tuple[list[int], int]:
+             prompt_text: str = PROMPT, masks: MaskEngine | None = None
+             ) -> tuple[list[int], int]:
     """Up to n tokens (stops at end of generation); and how many steps checked every
-    candidate (a grammar) or sampled from the whole vocabulary (no grammar)."""
+    candidate (a grammar) or sampled from the whole vocabulary (no grammar). Without
+    ``masks`` a grammar's steps are decided by llama.cpp's grammar alone."""
+    if runner.samplers.masks is not None:
+        MASKS.setdefault(id(runner), runner.samplers.masks)
+    runner.samplers.masks = masks
     runner.samplers.grammar_fast = runner.samplers.shortcuts = fast
     prompt = runner.vocabulary.tokenize(prompt_text, add_special=False, parse_special=True)
     runner.seq_clear(0)
@@ -75,6 +93,7 @@ def generate(runner: Runner, params: SamplingParams, n: int, fast: bool = True,
             out.append(token)
             status, last = runner.decode_tokens([(0, [token], len(prompt) + len(out) - 1)])
             assert status == 0
+        LAST["sampler"] = sampler
         return out, sampler.full
     finally:
         runner.free_sampler(sampler)
@@ -158,3 +177,45 @@ def test_sampled_answers_always_match_the_schema(runner: Runner) -> None:
     tokens, full = generate(runner, params, 400)
     jsonschema.validate(json.loads(runner.vocabulary.detokenize(tokens)), SCHEMA)
     assert full == len(tokens) + 1  # every step, the end-of-generation one included
+
+
+def test_masks_decide_where_the_best_candidates_do_not(runner: Runner,
+                                                       masks: MaskEngine) -> None:
+    """Pure temperature sampling never lets the best candidates decide: with llguidance's
+    masks no step checks every candidate with llama.cpp's grammar, every step is decided
+    by the mask (llama.cpp's grammar confirming each token), and every answer validates."""
+    for seed in range(3):
+        params = SamplingParams(temperature=1.0, seed=40 + seed,
+                                grammar=GRAMMARS["json_schema"])
+        tokens, full = generate(runner, params, 400, masks=masks)
+        chain = LAST["sampler"]
+        assert isinstance(chain, GrammarChain)
+        assert full == 0 and chain.masked == len(tokens) + 1 and not chain.unmasked
+        jsonschema.validate(json.loads(runner.vocabulary.detokenize(tokens)), SCHEMA)
+
+
+@pytest.mark.parametrize("mode", GRAMMARS)
+def test_greedy_with_masks_writes_valid_answers(runner: Runner, masks: MaskEngine,
+                                                mode: str) -> None:
+    """The mask writes a string the grammar forces in its canonical tokens, so greedy text
+    may differ from llama.cpp's alone where the mask decided; it is valid either way."""
+    params = SamplingParams(temperature=0.0, grammar=GRAMMARS[mode])
+    tokens, full = generate(runner, params, 400, masks=masks)
+    text = runner.vocabulary.detokenize(tokens)
+    if mode == "tool call":
+        text = text.strip().removeprefix("<tool_call>").removesuffix("</tool_call>")
+        jsonschema.validate(json.loads(text)["arguments"], SCHEMA)
+    else:
+        jsonschema.validate(json.loads(text), SCHEMA)
+    assert full == 0
+
+
+def test_a_lazy_grammar_gets_no_matcher(runner: Runner, masks: MaskEngine) -> None:
+    """A grammar that waits for its trigger (tool_choice auto) stays with llama.cpp's."""
+    grammar = tool_call_grammar([TOOL], "<tool_call>", "</tool_call>", parallel=False,
+                                lazy=True)
+    params = SamplingParams(temperature=1.0, seed=3, grammar=grammar.text,
+                            grammar_triggers=grammar.lazy_patterns)
+    generate(runner, params, 16, masks=masks)
+    chain = LAST["sampler"]
+    assert chain.unmasked and chain.matcher is None and chain.masked == 0

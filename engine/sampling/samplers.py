@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import ctypes
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import llama_cpp
@@ -34,6 +34,7 @@ from engine.sampling.grammar_plan import (
     greedy_choice,
     sampling_plan,
 )
+from engine.sampling.masks import MaskEngine
 
 L: Any = llama_cpp  # the C API, untyped (see engine.runner)
 
@@ -91,6 +92,12 @@ class GrammarChain:
     greedy: bool
     fast: int = 0
     full: int = 0
+    text: str = ""  # the GBNF (for a mask engine's matcher, made when first needed)
+    taken: list[int] = field(default_factory=list)  # tokens the grammar accepted
+    matcher: Any = None  # llguidance's, following the grammar (engine.sampling.masks)
+    unmasked: bool = False  # no matcher for this request (lazy grammar, or it diverged)
+    masked: int = 0  # steps decided through the matcher's mask
+    floor: float = -np.inf  # where the next token's window of candidates starts
 
 
 class Samplers:
@@ -109,6 +116,8 @@ class Samplers:
         self._checks = [(n, L.llama_sampler_init_top_k(n)) for n in (CHECK, 32 * CHECK)
                         if n < n_vocab]
         self.grammar_fast = True  # False: the grammar checks every candidate (tests, bench)
+        # llguidance's masks where the best candidates do not decide (None: off)
+        self.masks: MaskEngine | None = MaskEngine(vocab, n_vocab)
         self.shortcuts = True  # False: every Chain samples the whole vocabulary (tests, bench)
         self._row_type = ctypes.c_float * n_vocab
         self._above = np.empty(n_vocab, np.bool_)  # which logits clear a window's floor
@@ -124,6 +133,8 @@ class Samplers:
         for _, top in self._checks:
             L.llama_sampler_free(top)
         self._checks = []
+        if self.masks is not None:
+            self.masks.close()  # its tokenizer build reads the vocabulary: done first
 
     def new(self, p: SamplingParams, history: Sequence[int]) -> Any:
         """The request's sampler: one llama.cpp chain, or with a grammar a ``GrammarChain``
@@ -196,7 +207,10 @@ class Samplers:
         choice = self._chain()
         self._add_choice(choice, p, truncation=False)
         g = GrammarChain(pre, trunc, choice, None,
-                         Truncation(p.top_k, p.top_p, p.min_p), p.greedy)
+                         Truncation(p.top_k, p.top_p, p.min_p), p.greedy,
+                         text=p.grammar or "", unmasked=bool(p.grammar_triggers))
+        if self.masks is not None and not g.unmasked:
+            self.masks.start()  # the model's first constrained request: its tokenizer
         try:
             g.grammar = self._grammar_sampler(p, None)
         except ValueError:
@@ -262,23 +276,35 @@ class Samplers:
         return row
 
     def _sample_window(self, c: Chain, batch_index: int) -> int | None:
-        """The chain run on the logits at or above ``c.floor`` (in id order, as llama.cpp's
-        array is), when at least ``c.top_k`` are there: they include the k best, so top_k
-        keeps the same k, and everything after it (top_p, min_p, temperature, dist) sees
-        the same k. With too few the floor drops to a window under the highest logit, then
-        widens (None after three tries: the caller samples the whole vocabulary). The next
-        token's floor is set to let about ``WINDOW_RANKS * k`` of this token's logits in."""
-        row = self._logits(batch_index)
+        """The chain run on the logits at or above ``c.floor`` (``_windowed``), when at
+        least ``c.top_k`` are there: they include the k best, so top_k keeps the same k,
+        and everything after it (top_p, min_p, temperature, dist) sees the same k. None:
+        the caller samples the whole vocabulary."""
+        cur = self._windowed(self._logits(batch_index), c, c.top_k)
+        if cur is None:
+            return None
+        L.llama_sampler_apply(c.ptr, ctypes.byref(cur))
+        token = int(self._window_fields[0][cur.selected])  # (samplers reorder in place)
+        L.llama_sampler_accept(c.ptr, token)
+        c.windowed += 1
+        return token
+
+    def _windowed(self, row: Any, c: Chain | GrammarChain, k: int) -> Any:
+        """The logits at or above ``c.floor``, in id order as llama.cpp's array is, as a
+        llama_token_data_array over the window buffer, when at least ``k`` are there. With
+        too few the floor drops to a window under the highest logit, then widens (None
+        after three tries). The next token's floor is set to let about ``WINDOW_RANKS * k``
+        of this token's logits in."""
         if c.floor > -np.inf:  # (a float32 floor: a Python float costs a third more)
             np.greater_equal(row, np.float32(c.floor), out=self._above)
             ids = self._above.nonzero()[0]
         else:
             ids = _NONE
-        if len(ids) < c.top_k:
+        if len(ids) < k:
             peak, window = float(row.max()), WINDOW
             for _ in range(3):
                 ids = np.flatnonzero(row >= peak - window)
-                if len(ids) >= c.top_k:
+                if len(ids) >= k:
                     break
                 window *= 4.0
             else:
@@ -289,21 +315,16 @@ class Samplers:
         if n > self.n_window:
             self._grow_window(n)
         logits = row[ids]
-        target = max(WINDOW_RANKS * c.top_k, WINDOW_MIN_RANKS)
+        target = max(WINDOW_RANKS * k, WINDOW_MIN_RANKS)
         if n > 2 * target:  # too wide: raise the floor to the target's rank
             c.floor = float(np.partition(logits, n - target)[n - target])
-        elif n < 2 * c.top_k:  # nearly too narrow: lower it by the spread of the k best
-            c.floor -= float(logits.max()) - float(np.partition(logits, n - c.top_k)[n - c.top_k])
+        elif n < 2 * k:  # nearly too narrow: lower it by the spread of the k best
+            c.floor -= float(logits.max()) - float(np.partition(logits, n - k)[n - k])
         cand_id, cand_logit, cand_p = self._window_fields
         cand_id[:n] = ids
         cand_logit[:n] = logits
         cand_p[:n] = 0.0
-        cur = L.llama_token_data_array(self._window_ptr, n, -1, False)
-        L.llama_sampler_apply(c.ptr, ctypes.byref(cur))
-        token = int(cand_id[cur.selected])  # (llama.cpp's samplers reorder in place)
-        L.llama_sampler_accept(c.ptr, token)
-        c.windowed += 1
-        return token
+        return L.llama_token_data_array(self._window_ptr, n, -1, False)
 
     def _grow_window(self, n: int) -> None:
         self.n_window = min(self.n_vocab, max(n, 2 * self.n_window))
@@ -334,30 +355,79 @@ class Samplers:
             self._accept(g, full)
             return full
         token: int | None = None
-        for size, top in self._checks:
-            token = self._sample_checked(g, batch_index, size, top)
-            if token is not None:
-                break
+        windowed = False
+        if g.pre is None and self.shortcuts and self._checks:
+            cur = self._windowed(self._logits(batch_index), g, CHECK)
+            if cur is not None:  # the best CHECK of a window, not of the whole vocabulary
+                windowed = True
+                token = self._sample_checked_in(g, cur, CHECK, self._checks[0][1],
+                                                self._window)
+        if token is None and not (windowed and self.masks is not None and not g.unmasked):
+            for size, top in self._checks:
+                token = self._sample_checked(g, batch_index, size, top)
+                if token is not None:
+                    break
         if token is None:
-            g.full += 1
-            token = self._sample_full(g, batch_index)
+            token = self._sample_masked(g, batch_index)
+            if token is None:
+                g.full += 1
+                token = self._sample_full(g, batch_index)
+            else:
+                g.masked += 1
         else:
             g.fast += 1
         self._accept(g, token)
+        return token
+
+    def _sample_masked(self, g: GrammarChain, batch_index: int) -> int | None:
+        """The token, from the samplers run on the tokens llguidance's mask allows (llama.cpp's
+        grammar confirming the one chosen); None when there is no matcher to ask."""
+        if g.unmasked or self.masks is None:
+            return None
+        if g.matcher is None:
+            g.matcher = self.masks.matcher(g.text, g.taken)
+            if g.matcher is None:
+                g.unmasked = True
+                return None
+        ids = self.masks.allowed(g.matcher)
+        if not len(ids):
+            return None
+        cand = np.zeros(len(ids), _TOKEN_DATA)
+        cand["id"] = ids
+        cand["logit"] = self._logits(batch_index)[ids]
+        cur = L.llama_token_data_array(cand.ctypes.data_as(L.llama_token_data_p), len(ids),
+                                       -1, False)
+        for part in (g.pre, g.trunc, g.choice):
+            if part:
+                L.llama_sampler_apply(part, ctypes.byref(cur))
+        token = int(cand["id"][cur.selected])
+        one = np.zeros(1, _TOKEN_DATA)
+        one["id"] = token
+        L.llama_sampler_apply(g.grammar, ctypes.byref(L.llama_token_data_array(
+            one.ctypes.data_as(L.llama_token_data_p), 1, -1, False)))
+        if not np.isfinite(one["logit"][0]):  # the engines disagree: llama.cpp's rules
+            g.matcher, g.unmasked = None, True
+            return None
         return token
 
     def _sample_checked(self, g: GrammarChain, batch_index: int, size: int,
                         top: Any) -> int | None:
         """The token, from the grammar checked on the best ``size`` candidates only; None
         when those do not decide it."""
-        apply, ref = L.llama_sampler_apply, ctypes.byref
         cur = self._candidates(batch_index)
         if g.pre:
-            apply(g.pre, ref(cur))
+            L.llama_sampler_apply(g.pre, ctypes.byref(cur))
+        return self._sample_checked_in(g, cur, size, top, self._cand)
+
+    def _sample_checked_in(self, g: GrammarChain, cur: Any, size: int, top: Any,
+                           buffer: Any) -> int | None:
+        """The token from the grammar checked on the best ``size`` of the candidates ``cur``
+        (over ``buffer``, which holds every candidate at or above the ``size``-th best)."""
+        apply, ref = L.llama_sampler_apply, ctypes.byref
         apply(top, ref(cur))  # the best `size` first, sorted; size `size`
-        boundary = float(self._cand["logit"][size - 1])
+        boundary = float(buffer["logit"][size - 1])
         apply(g.grammar, ref(cur))
-        head = self._cand[:size]
+        head = buffer[:size]
         ids, logits = allowed_sorted(head["id"], head["logit"])
         if g.greedy:
             return greedy_choice(ids, logits, boundary)
@@ -369,6 +439,10 @@ class Samplers:
         for part in (g.grammar, g.pre, g.trunc, g.choice):
             if part:
                 L.llama_sampler_accept(part, token)
+        if not g.unmasked:
+            g.taken.append(token)
+            if g.matcher is not None and not g.matcher.consume_token(token):
+                g.matcher, g.unmasked = None, True
 
     def _choose(self, g: GrammarChain, ids: Any, logits: Any, plan: Plan) -> int | None:
         n = len(ids)

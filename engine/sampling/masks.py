@@ -1,0 +1,145 @@
+"""Token masks from llguidance, for the constrained steps llama.cpp's grammar sampler would
+otherwise decide by testing every candidate of the vocabulary (engine thread).
+
+The runner asks llama.cpp's grammar about the best candidates first
+(``engine.sampling.grammar_plan``); when none of them decides the step (a random or unsure
+model ranks the few allowed tokens low, typically at a grammar's structural points), the
+old way was llama.cpp's grammar over all 150k candidates: ~40 ms a step on Qwen2.5's
+vocabulary. llguidance computes the same mask from a token trie in ~0.1 ms
+(``bench/mask_engines.py``). llama.cpp's grammar stays the authority: the mask only narrows
+the candidates the usual samplers choose from, and the chosen token is checked by
+llama.cpp's grammar before it is taken (if the two ever disagree, the request goes back to
+the full check for good).
+
+A request's matcher is made at its first such step (most requests never need one), from
+the request's GBNF through llguidance's GBNF-to-Lark converter, and catches up on the
+tokens taken so far. The tokenizer (every token by its text, control tokens included, as
+GBNF reads them) is built once per model, in a background thread started by the model's
+first constrained request (~1.4 s and 16 MiB for 150k tokens: llguidance's slicer, which
+speeds up masks that allow most of the vocabulary, would take 45 MiB more and is left
+out, since the best candidates decide those steps); the first step that needs it waits
+for it, so a seeded request gives the same tokens however soon it comes. For grammars
+llguidance cannot read, the full check runs as before.
+
+Where the mask decides, a string the grammar forces is written in its canonical tokens
+(llguidance's rule: "title", not "ti" + "tle"), where llama.cpp's grammar takes any split;
+both are the same text.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Any
+
+import llama_cpp
+import numpy as np
+import numpy.typing as npt
+
+L: Any = llama_cpp
+log = logging.getLogger("llamaserve.engine")
+
+MAX_SPECS = 64  # grammars kept converted (the same tools and schemas come back)
+_FAILED = ""  # a grammar llguidance cannot read
+
+
+def available() -> bool:
+    try:
+        import llguidance  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+class MaskEngine:
+    """llguidance matchers over one model's vocabulary."""
+
+    def __init__(self, vocab: Any, n_vocab: int) -> None:
+        self.vocab = vocab
+        self.n_vocab = n_vocab
+        self._tokenizer: Any = None
+        self._building: threading.Thread | None = None
+        self._specs: OrderedDict[str, str] = OrderedDict()
+        self._mask = np.zeros((1, (n_vocab + 31) // 32), np.int32)
+        self.enabled = available()
+
+    def start(self) -> None:
+        """Build the tokenizer in the background (once)."""
+        if self.enabled and self._building is None:
+            self._building = threading.Thread(target=self._build, name="mask-tokenizer",
+                                              daemon=True)
+            self._building.start()
+
+    def tokenizer(self, timeout: float | None = None) -> Any | None:
+        """The llguidance tokenizer, waiting for its build (None: llguidance unusable)."""
+        self.start()
+        if self._building is not None and self._tokenizer is None:
+            self._building.join(timeout)
+        return self._tokenizer
+
+    def close(self) -> None:
+        """Wait for a build under way (it reads the model's vocabulary, about to be freed)."""
+        if self._building is not None:
+            self._building.join()
+
+    def _build(self) -> None:
+        try:
+            from llguidance import LLTokenizer
+
+            buf = ctypes.create_string_buffer(16 * 1024 + 1)
+            tokens = []
+            for t in range(L.llama_vocab_n_tokens(self.vocab)):
+                k = L.llama_token_to_piece(self.vocab, t, buf, 16 * 1024, 0, True)
+                tokens.append(buf.raw[:max(k, 0)])
+            tokens += [b""] * (self.n_vocab - len(tokens))
+            fptr = ctypes.cast(L.llama_cpp._lib.llama_tokenize, ctypes.c_void_p).value
+            self._tokenizer = LLTokenizer.from_llamacpp(  # type: ignore[attr-defined]
+                tokens=tokens, vocab_ptr=self.vocab, tokenize_fptr=fptr,
+                eos_token=L.llama_vocab_eos(self.vocab), slices=[])
+        except Exception as exc:
+            log.warning("llguidance tokenizer not built (%s): constrained steps check "
+                        "every candidate with llama.cpp's grammar", exc)
+            self.enabled = False
+
+    def _spec(self, grammar: str) -> str:
+        spec = self._specs.get(grammar)
+        if spec is None:
+            from llguidance import LLMatcher
+            from llguidance.gbnf_to_lark import any_to_lark
+
+            try:
+                spec = LLMatcher.grammar_from_lark(any_to_lark(grammar))
+            except Exception:
+                spec = _FAILED
+            self._specs[grammar] = spec
+            if len(self._specs) > MAX_SPECS:
+                self._specs.popitem(last=False)
+        else:
+            self._specs.move_to_end(grammar)
+        return spec
+
+    def matcher(self, grammar: str, taken: Sequence[int]) -> Any | None:
+        """A matcher for ``grammar`` that has consumed ``taken``; None when llguidance
+        cannot follow it (not ready, not readable, or it refuses a token llama.cpp took)."""
+        tok = self.tokenizer()
+        if tok is None:
+            return None
+        spec = self._spec(grammar)
+        if not spec:
+            return None
+        from llguidance import LLMatcher
+
+        m = LLMatcher(tok, spec, log_level=0)
+        if m.is_error() or (taken and not m.consume_tokens(list(taken))):
+            return None
+        return m
+
+    def allowed(self, matcher: Any) -> npt.NDArray[np.intp]:
+        """The ids the matcher allows next."""
+        row = self._mask[0]
+        matcher.unsafe_compute_mask_ptr(row.ctypes.data, row.nbytes)
+        bits = np.unpackbits(row.view(np.uint8), bitorder="little")[:self.n_vocab]
+        return np.flatnonzero(bits)
