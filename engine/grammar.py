@@ -216,16 +216,17 @@ def _local(schemas: SchemaSet, schema: Any, where: str, strict: bool = False) ->
 
 
 def json_grammar(schema: dict[str, Any] | None, after: str | None = None,
-                 strict: bool = False) -> Grammar:
+                 strict: bool = False, prefix: str = "") -> Grammar:
     """Any JSON object (``schema`` None) or a value of ``schema``. With ``after`` (the end
-    of a reasoning block), the model reasons freely and the JSON follows that marker.
+    of a reasoning block), the model reasons freely and the JSON follows that marker;
+    ``prefix``: markup written first (Functionary 3.2's "all" recipient line).
     ``strict``: the schema is enforced exactly or refused (``engine.json_schema``)."""
     conv, schemas = _converter(), SchemaSet()
     local = _local(schemas, schema if schema is not None else {"type": "object"}, "schema",
                    strict)
     value = _visit(conv, schemas.root(local), "json-value")
     if after is None:
-        conv._add_rule("root", value)
+        conv._add_rule("root", f"{_gbnf_literal(prefix)} {value}" if prefix else value)
         return _grammar(conv, schemas)
     conv._add_rule("root", _after(after, value))
     return _grammar(conv, schemas, (_trigger(after),))

@@ -308,6 +308,17 @@ FAMILIES: tuple[Family, ...] = (
                     "items": _item(r"^([^>]+)>", _json_args(r"^[^>]+>(.*)$"))},
                    "<function=", None),
            CallShape("<function=", ">", "</function>")),
+    # Functionary 3.2: ">>>RECIPIENT\n" before each message, "all" for content, else a
+    # function's name and its JSON arguments; the prompt writes the first ">>>"
+    Family("functionary-3.2", "Functionary 3.2 (recipient lines)", (">>>all",), {
+        "type": "object", "properties": {
+            "role": {"const": "assistant"},
+            "content": {"type": "string", "x-regex": r"^(?:>>>all\n)?(.*?)(?=>>>|$)"},
+            "tool_calls": {"type": "array", "x-regex": r"(>>>(?!all\n).*)$",
+                           "x-regex-iterator": r">>>([^\n]+\n.*?)(?=>>>|$)",
+                           "items": _item(r"^([^\n]+)\n", _json_args(r"^[^\n]+\n(.*)$"))}},
+        "required": ["role"], "x-prompt-tail": ">>>"},
+        CallShape("", "\n", "", separator=">>>")),
     Family("hermes", "Qwen2.5, Qwen3, QwQ, Hermes 2 Pro / 3, Granite 4, MiMo-VL, Bielik, Reka",
            ("<tool_call>",),
            _schema({"type": "array", "x-regex-iterator": r"<tool_call>\s*(.+?)\s*</tool_call>",

@@ -147,7 +147,7 @@ class MessageStream:
                       if isinstance(t.get("function"), dict) and "name" in t["function"]}
         self.bare_json = bare_json_calls and bool(self.tools)
         self.state = self.REASONING if in_reasoning and layout.reasoning_end else self.CONTENT
-        self.buf = ""
+        self.buf = layout.prompt_tail or ""  # (read as if the model wrote it)
         self.block = ""  # the tool-call block being collected (after its start marker)
         self.scanned = 0  # how much of ``block`` has been searched for the end marker
         self.started = False  # any content or reasoning emitted (or opener consumed)
@@ -182,6 +182,8 @@ class MessageStream:
         if self.state == self.REASONING:
             out.reasoning += self.buf
         elif self.state == self.CONTENT:
+            if not self.started and self.buf == self.layout.prompt_tail:
+                self.buf = ""  # nothing written after the prompt's own markup
             out.content += self.buf if self.started or not self.skip_ws else self.buf.lstrip()
         elif self.state == self.CALL and self.layout.block_start:
             self._section(out, self.block + self.buf, complete=reason != "length")

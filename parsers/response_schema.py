@@ -175,6 +175,10 @@ class StreamLayout:
     # text after the closer is not content (only calls may follow)
     content_start: str | None = None
     content_end: str | None = None
+    # markup the family's generation prompt ends with, which belongs to the answer
+    # (Functionary 3.2's ">>>" before the first recipient): read as if the model wrote it;
+    # the schema's "x-prompt-tail"
+    prompt_tail: str | None = None
 
 
 def _literal_runs(items: list[Any]) -> list[tuple[int, str]]:
@@ -222,7 +226,7 @@ def _first_literal(items: list[Any]) -> str | None:
     return text.strip() or None
 
 
-def _optional_literal(node: Any) -> str | None:
+def _optional_literal(node: Any, strip: bool = True) -> str | None:
     op, arg = node
     if op in (sre_c.MAX_REPEAT, sre_c.MIN_REPEAT) and arg[0] == 0 and arg[1] == 1:
         inner = list(arg[2])
@@ -230,7 +234,7 @@ def _optional_literal(node: Any) -> str | None:
             inner = list(inner[0][1][3])
         text = "".join(chr(a) for o, a in inner if o is sre_c.LITERAL)
         if len(text) == len(inner):
-            return text.strip() or None
+            return (text.strip() if strip else text) or None
     return None
 
 
@@ -255,13 +259,18 @@ def stream_layout(schema: dict[str, Any]) -> StreamLayout:
         if r_end is None:
             raise SchemaError("cannot tell where reasoning ends from its x-regex")
     wrap = _content_wrapper(props.get("content", {}).get("x-regex"))
+    tail = schema.get("x-prompt-tail")
+    if tail is not None and not (isinstance(tail, str) and tail):
+        raise SchemaError("x-prompt-tail must be a non-empty string")
     calls = props.get("tool_calls", {})
     if "x-regex" in calls:
         b_start, b_end = _section(calls["x-regex"])
         family, markers = _family(None, r_start, None)
         return StreamLayout(r_start, r_end, family=family, markers=markers,
                             block_start=b_start, block_end=b_end, calls_schema=calls,
-                            content_start=wrap[0], content_end=wrap[1])
+                            content_start=wrap[0],
+                            content_end=None if wrap[1] == b_start else wrap[1],
+                            prompt_tail=tail)
     if "x-regex-iterator" in calls:
         call_regex = calls["x-regex-iterator"]
         items = list(sre_parse.parse(call_regex))
@@ -283,7 +292,9 @@ def stream_layout(schema: dict[str, Any]) -> StreamLayout:
         call_schema = calls.get("items", {})
     family, markers = _family(call_regex, r_start, call_schema)
     return StreamLayout(r_start, r_end, c_start, c_end, call_regex, call_schema, family,
-                        markers, content_start=wrap[0], content_end=wrap[1])
+                        markers, content_start=wrap[0],
+                        content_end=None if wrap[1] == c_start else wrap[1],
+                        prompt_tail=tail)
 
 
 def _content_wrapper(regex: str | None) -> tuple[str | None, str | None]:
@@ -296,7 +307,7 @@ def _content_wrapper(regex: str | None) -> tuple[str | None, str | None]:
     g = _group_index(items)
     if not g:
         return None, None
-    opener = _optional_literal(items[g - 1])
+    opener = _optional_literal(items[g - 1], strip=False)  # (its line break too)
     if opener is None:
         return None, None
     return opener, _first_literal(items[g + 1:])

@@ -179,6 +179,14 @@ CASES = [
               content=HELLO, reasoning=THOUGHT, thinking=True, tools=()),
     ParseCase("HuggingFaceTB-SmolLM3-3B.jinja", HELLO, content=HELLO, thinking=False,
               tools=()),
+    # Functionary 3.2: recipient lines; the prompt ends with the first ">>>"
+    ParseCase("meetkai-functionary-medium-v3.2.jinja", f"all\n{HELLO}", content=HELLO),
+    ParseCase("meetkai-functionary-medium-v3.2.jinja", 'special_function\n{"arg1": 1}',
+              calls=(CALL,)),
+    ParseCase("meetkai-functionary-medium-v3.2.jinja", 'all\nLet me check.>>>get_time\n'
+              '{"city": "Paris"}>>>special_function\n{"arg1": 1}', content="Let me check.",
+              calls=(("get_time", {"city": "Paris"}), CALL),
+              tools=("get_time", "special_function")),
     # GigaChat 3 (a "function call" role line) and 3.1 (its own marker): one JSON call
     ParseCase("GigaChat3-10B-A1.8B.jinja", HELLO, content=HELLO),
     ParseCase("GigaChat3-10B-A1.8B.jinja", f"<|message_sep|>\n\nfunction call<|role_sep|>\n"
@@ -377,7 +385,7 @@ DETECTED = {
     "llama-cpp-deepseek-r1.jinja": "deepseek-r1",
     "llama-cpp-rwkv-world.jinja": None,
     "meetkai-functionary-medium-v3.1.jinja": "functionary-3.1",
-    "meetkai-functionary-medium-v3.2.jinja": None,
+    "meetkai-functionary-medium-v3.2.jinja": "functionary-3.2",
     "meta-llama-Llama-3.1-8B-Instruct.jinja": "llama3",
     "meta-llama-Llama-3.2-3B-Instruct.jinja": "llama3",
     "meta-llama-Llama-3.3-70B-Instruct.jinja": "llama3",

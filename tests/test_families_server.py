@@ -48,6 +48,7 @@ FAMILY_TEMPLATES = {
     "apriel": "unsloth-Apriel-1.5.jinja", "firefunction":
         "fireworks-ai-llama-3-firefunction-v2.jinja",
     "functionary-3.1": "meetkai-functionary-medium-v3.1.jinja",
+    "functionary-3.2": "meetkai-functionary-medium-v3.2.jinja",
     "llama3": "meta-llama-Llama-3.2-3B-Instruct.jinja", "lfm2": "LFM2.5-8B-A1B.jinja",
     "gpt-oss": "openai-gpt-oss-120b.jinja", "gemma4": "google-gemma-4-31B-it.jinja",
     # no built-in family: markup derived from the template (parsers/template_probe.py)

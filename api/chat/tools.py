@@ -203,7 +203,11 @@ def _build(rules: OutputRules, layout: StreamLayout, in_reasoning: bool) -> Gram
             return bare_call_grammar(tools)
     if rules.json_mode:
         after = layout.reasoning_end if in_reasoning else None
-        return json_grammar(rules.json_schema, after=after, strict=rules.strict)
+        tail, opener, prefix = layout.prompt_tail, layout.content_start, ""
+        if tail and opener and opener.startswith(tail):
+            prefix = opener[len(tail):]  # the rest of content's opener (Functionary 3.2's)
+        return json_grammar(rules.json_schema, after=after, strict=rules.strict,
+                            prefix=prefix)
     return None
 
 
