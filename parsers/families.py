@@ -329,7 +329,8 @@ FAMILIES: tuple[Family, ...] = (
          "x-parser": "python-calls", "items": {"type": "object"}}, r"<\|tool_call_start\|>"),
         CallShape("", "(", ")", "<|tool_call_start|>[", "]<|tool_call_end|>", ", ",
                   key_close="=", value_close=", ", json_values=True))
-      for signature in ("<|tool_call_start|>", "<|tool_response_start|>")),
+      # (LFM2.5-Instruct's template writes no calls, only its "List of tools: [")
+      for signature in ("<|tool_call_start|>", "<|tool_response_start|>", "List of tools: [")),
     # reasoning only: the template writes no tool calls (tools get no "tools" capability)
     Family("smollm3", "SmolLM3 (reasoning; its template writes no calls)",
            ("Reasoning Mode: ", "/no_think"), _reasoning_only(THINK)),

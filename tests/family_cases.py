@@ -291,6 +291,10 @@ CASES = [
               'special_function_with_opt(arg1=1, arg2=2)]<|tool_call_end|>',
               calls=(CALL, ("special_function_with_opt", {"arg1": 1, "arg2": 2})),
               tools=("special_function", "special_function_with_opt")),
+    # LFM2.5-Instruct's template lists the tools but writes no calls: read as LFM2's
+    ParseCase("LFM2.5-Instruct.jinja", "<|tool_call_start|>[special_function(arg1=1)]"
+              "<|tool_call_end|>", calls=(CALL,)),
+    ParseCase("LFM2.5-Instruct.jinja", HELLO, content=HELLO),
     # no built-in family: markup derived from the template (parsers/template_probe.py)
     ParseCase("deepseek-ai-DeepSeek-V3.2.jinja", f"{THOUGHT}</think>{HELLO}", content=HELLO,
               reasoning=THOUGHT, thinking=True),
@@ -350,7 +354,7 @@ DETECTED = {
     "Kimi-K3.jinja": "kimi-k3",
     "LFM2-8B-A1B.jinja": "lfm2",
     "LFM2.5-8B-A1B.jinja": "lfm2",
-    "LFM2.5-Instruct.jinja": None,
+    "LFM2.5-Instruct.jinja": "lfm2",
     "MiMo-VL.jinja": "hermes",
     "MiniMax-M1.jinja": "minimax-m1",
     "MiniMax-M2.jinja": "minimax-m2",
