@@ -350,11 +350,13 @@ def raw_pattern(conv: Any, pattern: str, name: str) -> str:
         conv._raw_pattern = False
 
 
-def _xml_string(conv: Any, target: dict[str, Any], name: str) -> str:
+def _xml_string(conv: Any, target: dict[str, Any], name: str, close: str = "") -> str:
     """A parameter's text value in XML call markup (no quotes): one of its ``enum`` /
     ``const`` strings, else the text its anchored ``pattern`` matches, else one line of
     ``minLength``..``maxLength`` characters (counts past ``engine.json_schema.REPEAT_LIMIT``
-    were already dropped), else any text."""
+    were already dropped; never ``close``'s first character, where the markup closing the
+    value starts with one the parser's lazy regex would cut the value at), else any
+    text."""
     values = target.get("enum", [target["const"]] if "const" in target else None)
     if values and all(isinstance(v, str) for v in values):
         return str(conv._add_rule(name, " | ".join(_gbnf_literal(v) for v in values)))
@@ -364,7 +366,8 @@ def _xml_string(conv: Any, target: dict[str, Any], name: str) -> str:
     lo, hi = target.get("minLength", 0), target.get("maxLength")
     if lo or hi is not None:  # one line, so each character counts once
         count = f"{{{lo},{hi}}}" if hi is not None else f"{{{lo},}}"
-        return str(conv._add_rule(name, f"[^\\n]{count}"))
+        first = _class_char(close[0]) if close and close[0] != "\n" else ""
+        return str(conv._add_rule(name, f"[^\\n{first}]{count}"))
     return "xml-text"
 
 

@@ -147,7 +147,8 @@ def _key_values(conv: Any, schemas: SchemaSet, shape: Shape, local: Any, i: int)
             target = schemas.defs.get(spec["$ref"].rsplit("/", 1)[-1], {})
         kind = target.get("type")
         bare = (kind in (None, "string") or isinstance(kind, list)) and not shape.json_values
-        value = _xml_string(conv, target, f"fn{i}-p{j}-value") if bare else \
+        value = _xml_string(conv, target, f"fn{i}-p{j}-value", shape.close_value(key)) \
+            if bare else \
             _visit(conv, schemas.root(spec), f"fn{i}-p{j}-value")
         json_type = _JSON_TYPE.get(kind, kind) if isinstance(kind, str) else "string"
         close = shape.key_close if bare else shape.typed_key_close(json_type)
