@@ -49,6 +49,7 @@ FAMILY_TEMPLATES = {
         "fireworks-ai-llama-3-firefunction-v2.jinja",
     "functionary-3.1": "meetkai-functionary-medium-v3.1.jinja",
     "functionary-3.2": "meetkai-functionary-medium-v3.2.jinja",
+    "smollm3": "HuggingFaceTB-SmolLM3-3B.jinja",  # no call markup: bare JSON calls
     "llama3": "meta-llama-Llama-3.2-3B-Instruct.jinja", "lfm2": "LFM2.5-8B-A1B.jinja",
     "gpt-oss": "openai-gpt-oss-120b.jinja", "gemma4": "google-gemma-4-31B-it.jinja",
     # no built-in family: markup derived from the template (parsers/template_probe.py)
@@ -277,7 +278,7 @@ def test_every_template_takes_a_tool_conversation_from_the_sdk(client: OpenAI) -
 # families whose prompt leaves opening the reasoning to the model, and their opener
 SELF_OPENED = {"seed-oss": "<seed:think>", "mistral": "[THINK]",
                "command-r7b": "<|START_THINKING|>", "lfm2": "<think>",
-               "granite-3.3": "<think>", "kimi-k2": "<think>"}
+               "granite-3.3": "<think>", "kimi-k2": "<think>", "smollm3": "<think>"}
 
 
 @pytest.mark.parametrize("family", sorted(SELF_OPENED))
