@@ -294,13 +294,12 @@ class MessageStream:
                 return True
             if self.bare_json and "```".startswith(head):
                 return False  # empty so far, or maybe a code fence
-            if lay.content_start:
-                if head.startswith(lay.content_start):
-                    self.buf = head[len(lay.content_start):]
-                    self.started = True
-                    return True
-                if lay.content_start.startswith(head):
-                    return False
+            opener = lay.content_start
+            if opener and head.startswith(opener):
+                self.buf, self.started = head[len(opener):], True
+                return True
+            if opener and opener.startswith(head):
+                return False
         start = lay.block_start or lay.call_start
         if lay.content_end:
             i = self.buf.find(lay.content_end)
@@ -317,9 +316,8 @@ class MessageStream:
                 self.state, self.block, self.scanned = self.CALL, "", 0
                 self.started = True
                 return True
-        keep = _held_prefix(self.buf, start) if start else 0
-        if lay.content_end:
-            keep = max(keep, _held_prefix(self.buf, lay.content_end))
+        keep = max(_held_prefix(self.buf, start) if start else 0,
+                   _held_prefix(self.buf, lay.content_end) if lay.content_end else 0)
         body = self.buf[: len(self.buf) - keep]
         trailing = len(body) - len(body.rstrip()) if start else 0  # may precede a call
         if trailing > MAX_HELD_SPACE:
