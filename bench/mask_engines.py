@@ -36,10 +36,10 @@ import llama_cpp as L  # noqa: E402
 from structured import SCHEMA, TOOL  # noqa: E402
 
 from engine.grammar import json_grammar, tool_call_grammar  # noqa: E402
+from engine.sampling.masks import MaskEngine  # noqa: E402
 from fetch_models import cache_dir  # noqa: E402
 from report import report  # noqa: E402
 
-SLICES = None if "--no-slices" not in sys.argv else []
 TOKEN_DATA = np.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")])
 
 
@@ -49,23 +49,6 @@ def load_vocab(path: str) -> Any:
     model = L.llama_model_load_from_file(path.encode(), params)
     assert model, path
     return L.llama_model_get_vocab(model)
-
-
-def ll_tokenizer(vocab: Any) -> Any:
-    """llguidance's tokenizer over llama.cpp's vocabulary, every token by its text (its own
-    helper marks control tokens apart, which a GBNF literal like "<tool_call>" then cannot
-    match)."""
-    from llguidance import LLTokenizer
-
-    n = L.llama_vocab_n_tokens(vocab)
-    buf = ctypes.create_string_buffer(16 * 1024 + 1)
-    tokens = []
-    for t in range(n):
-        k = L.llama_token_to_piece(vocab, t, buf, 16 * 1024, 0, True)
-        tokens.append(bytes(buf[:max(k, 0)]))
-    fptr = ctypes.cast(L.llama_cpp._lib.llama_tokenize, ctypes.c_void_p).value
-    return LLTokenizer.from_llamacpp(tokens=tokens, vocab_ptr=vocab, tokenize_fptr=fptr,
-                                     eos_token=L.llama_vocab_eos(vocab), slices=SLICES)
 
 
 def ll_walk(tok: Any, spec: str, n_vocab: int, steps: int, rng: random.Random
@@ -142,13 +125,15 @@ def main() -> None:
                     help="llguidance's tokenizer without its slicer (less memory)")
     args = ap.parse_args()
     import llguidance
+    from llguidance import LLTokenizer
     from llguidance.gbnf_to_lark import any_to_lark
 
     L.llama_backend_init()
     vocab = load_vocab(args.model)
     n_vocab = L.llama_vocab_n_tokens(vocab)
     t = time.perf_counter()
-    tok = ll_tokenizer(vocab)
+    slices = [] if args.no_slices else LLTokenizer.general_slices()
+    tok = MaskEngine(vocab, n_vocab, slices=slices).tokenizer()  # the engine's own
     print(f"llguidance tokenizer: {time.perf_counter() - t:.2f} s (once per model)",
           file=sys.stderr)
     json_gbnf = json_grammar(SCHEMA).text

@@ -14,6 +14,7 @@ from engine.grammar import (
     Grammar,
     GrammarError,
     _after,
+    _class_char,
     _converter,
     _gbnf_literal,
     _grammar,
@@ -81,12 +82,6 @@ def _text_rule(value_close: str) -> str:
         first, second = (_class_char(c) for c in value_close[:2])
         return f'([^{first}\\n] | {_gbnf_literal(value_close[0])} [^{second}\\n])*'
     return "[^\\n]*"
-
-
-def _class_char(c: str) -> str:
-    """``c`` inside a GBNF character class."""
-    return {"\\": "\\\\", "]": "\\]", "[": "\\[", "^": "\\^", "-": "\\-",
-            "\n": "\\n"}.get(c, c)
 
 
 def _shaped(tools: list[dict[str, Any]], shape: Shape, *, parallel: bool, lazy: bool,

@@ -57,9 +57,10 @@ def available() -> bool:
 class MaskEngine:
     """llguidance matchers over one model's vocabulary."""
 
-    def __init__(self, vocab: Any, n_vocab: int) -> None:
+    def __init__(self, vocab: Any, n_vocab: int, slices: list[str] | None = None) -> None:
         self.vocab = vocab
         self.n_vocab = n_vocab
+        self.slices = [] if slices is None else slices  # llguidance's slicer: off (memory)
         self._tokenizer: Any = None
         self._building: threading.Thread | None = None
         self._specs: OrderedDict[str, str] = OrderedDict()
@@ -98,7 +99,7 @@ class MaskEngine:
             fptr = ctypes.cast(L.llama_cpp._lib.llama_tokenize, ctypes.c_void_p).value
             self._tokenizer = LLTokenizer.from_llamacpp(  # type: ignore[attr-defined]
                 tokens=tokens, vocab_ptr=self.vocab, tokenize_fptr=fptr,
-                eos_token=L.llama_vocab_eos(self.vocab), slices=[])
+                eos_token=L.llama_vocab_eos(self.vocab), slices=self.slices)
         except Exception as exc:
             log.warning("llguidance tokenizer not built (%s): constrained steps check "
                         "every candidate with llama.cpp's grammar", exc)
