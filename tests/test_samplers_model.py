@@ -52,9 +52,12 @@ def runner() -> Iterator[Runner]:
     path = require_model("qwen-0.5b")
     r = Runner(path, ModelConfig(path=path, n_ctx=1024, n_seq_max=1, threads=2,
                                  threads_batch=2))
+    assert r.samplers.masks is not None
+    MASKS[id(r)] = r.samplers.masks  # generate() takes it off unless a test passes it
     try:
         yield r
     finally:
+        r.samplers.masks = MASKS.pop(id(r))  # (close waits for its tokenizer build)
         r.close()
 
 
@@ -75,8 +78,6 @@ def generate(runner: Runner, params: SamplingParams, n: int, fast: bool = True,
     """Up to n tokens (stops at end of generation); and how many steps checked every
     candidate (a grammar) or sampled from the whole vocabulary (no grammar). Without
     ``masks`` a grammar's steps are decided by llama.cpp's grammar alone."""
-    if runner.samplers.masks is not None:
-        MASKS.setdefault(id(runner), runner.samplers.masks)
     runner.samplers.masks = masks
     runner.samplers.grammar_fast = runner.samplers.shortcuts = fast
     prompt = runner.vocabulary.tokenize(prompt_text, add_special=False, parse_special=True)
