@@ -27,6 +27,7 @@ from typing import Any
 import llama_cpp.llama_grammar
 
 from engine.json_schema import SchemaError, SchemaSet
+from engine.lark_rules import CUSTOM_GRAMMAR, GrammarSyntaxError, add_rules, parse_custom
 from engine.schema_numbers import number_bounds
 from engine.schema_patterns import JSON_UNSAFE
 
@@ -128,6 +129,10 @@ class _Converter(_G.SchemaConverter):  # type: ignore[misc]
     key can repeat one with a value of another schema."""
 
     def visit(self, schema: Any, name: str) -> Any:
+        if isinstance(schema, dict) and isinstance(schema.get(CUSTOM_GRAMMAR), dict):
+            rule = f"{name}-" if name in _G.RESERVED_NAMES else name or "root"
+            inner = custom_rule(self, schema[CUSTOM_GRAMMAR], rule, json_mode=True)
+            return self._add_rule(rule, f'"\\"" {inner} "\\"" space')
         if isinstance(schema, dict) and "$ref" not in schema and "anyOf" not in schema \
                 and "oneOf" not in schema:
             pattern = number_bounds(schema)
@@ -177,6 +182,16 @@ class _Converter(_G.SchemaConverter):  # type: ignore[misc]
             return str(self._add_rule(f"{rule}-{next(counter)}", " | ".join(alts)))
 
         return str(self._add_rule(rule, f'"\\"" {walk(trie)} "\\"" space'))
+
+
+def custom_rule(conv: Any, spec: dict[str, Any], name: str, json_mode: bool) -> str:
+    """The rule of the text a custom tool's grammar (``engine.lark_rules``) allows, bare
+    or as the inside of a JSON string (``json_mode``)."""
+    try:
+        grammar = parse_custom(spec.get("syntax"), spec.get("definition"))
+        return add_rules(conv, grammar, f"{name}-custom", json_mode)
+    except (GrammarSyntaxError, ValueError) as exc:
+        raise GrammarError(f"cannot build the tool's custom grammar: {exc}") from None
 
 
 def _class_char(c: str) -> str:
@@ -357,6 +372,8 @@ def _xml_string(conv: Any, target: dict[str, Any], name: str, close: str = "") -
     were already dropped; never ``close``'s first character, where the markup closing the
     value starts with one the parser's lazy regex would cut the value at), else any
     text."""
+    if isinstance(target.get(CUSTOM_GRAMMAR), dict):
+        return custom_rule(conv, target[CUSTOM_GRAMMAR], name, json_mode=False)
     values = target.get("enum", [target["const"]] if "const" in target else None)
     if values and all(isinstance(v, str) for v in values):
         return str(conv._add_rule(name, " | ".join(_gbnf_literal(v) for v in values)))

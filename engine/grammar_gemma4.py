@@ -30,17 +30,20 @@ from engine.grammar import (
     _trigger,
     _visit,
     bounded,
+    custom_rule,
     is_strict,
     raw_pattern,
     strict_strings,
 )
 from engine.json_schema import SchemaSet
+from engine.lark_rules import CUSTOM_GRAMMAR
 
 QUOTE = '<|"|>'
 _HANDLED = {"type", "properties", "required", "additionalProperties", "items", "minItems",
             "maxItems", "enum", "const", "anyOf", "oneOf", "minLength", "maxLength", "pattern",
             "format", "$ref", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
-            "multipleOf", "uniqueItems", "minProperties", "maxProperties", "$defs", "$places"}
+            "multipleOf", "uniqueItems", "minProperties", "maxProperties", "$defs", "$places",
+            CUSTOM_GRAMMAR}
 _BASE = {
     "g4-char": '[^<] | "<" [^|]',  # a string cannot hold the start of a control token
     "g4-string": f'{_gbnf_literal(QUOTE)} g4-char* {_gbnf_literal(QUOTE)}',
@@ -127,6 +130,9 @@ class _Values:
 
     def _string(self, schema: dict[str, Any], name: str) -> str:
         quote = _gbnf_literal(QUOTE)
+        if isinstance(schema.get(CUSTOM_GRAMMAR), dict):
+            inner = custom_rule(self.conv, schema[CUSTOM_GRAMMAR], name, json_mode=False)
+            return self._add(name, f"{quote} {inner} {quote}")
         pattern = schema.get("pattern")
         if isinstance(pattern, str) and pattern.startswith("^") and pattern.endswith("$"):
             inner = raw_pattern(self.conv, pattern, name)

@@ -47,6 +47,7 @@ from typing import Any
 
 import jsonschema
 
+from engine.lark_rules import CUSTOM_GRAMMAR
 from engine.schema_merge import CHECKED_FORMATS, FORMATS, UNSAT, disjoint, merge
 from engine.schema_numbers import decimal, int_bounds, number_bounds
 from engine.schema_patterns import PatternError, json_string_pattern
@@ -200,6 +201,9 @@ class _Localizer:
         node = self._special(node, where)
         out: dict[str, Any] = {}
         for key, value in node.items():
+            if key == CUSTOM_GRAMMAR and isinstance(value, dict):
+                out[key] = value  # a custom tool's own grammar (engine.lark_rules)
+                continue
             if key in ANNOTATIONS or key.startswith("x-"):
                 continue
             if key in SCHEMA_MAPS:

@@ -21,7 +21,8 @@ TOKEN_DATA = np.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")])  # llama_
 
 
 class GrammarWalker:
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, closing: tuple[bytes, ...] = (b'"', b"}", b"]", b","),
+                 bias: float = 2.5) -> None:
         import llama_cpp as L
 
         self.L = L
@@ -41,9 +42,9 @@ class GrammarWalker:
         self.short = np.array([*short, self.eos], dtype=np.int32)
         self.all = np.arange(n, dtype=np.int32)
         # closing tokens drawn more often, so strings and objects end within the walk
-        closing = np.array([any(c in p for c in b'"}],') for p in self.pieces])
-        self.bias = {"short": np.where(closing[self.short], 2.5, 0.0),
-                     "all": np.where(closing, 2.5, 0.0)}
+        closes = np.array([any(c in p for c in closing) for p in self.pieces])
+        self.bias = {"short": np.where(closes[self.short], bias, 0.0),
+                     "all": np.where(closes, bias, 0.0)}
         self.bias["short"][-1] = self.bias["all"][self.eos] = 4.0
 
     def _apply(self, sampler: Any, ids: np.ndarray, logits: np.ndarray) -> np.ndarray:

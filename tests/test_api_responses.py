@@ -9,6 +9,7 @@ from typing import Any
 
 import httpx
 import jsonschema
+import lark
 import openai
 import pytest
 from openai import OpenAI
@@ -154,6 +155,18 @@ def test_json_schema_text_format(client: OpenAI) -> None:
     ({"input": [{"type": "message", "role": "robot", "content": "x"}]}, "input[0].role"),
     ({"input": 42}, "input"),
     ({"input": "x", "text": {"format": {"type": "yaml"}}}, "text.format"),
+    # a custom tool's grammar this server cannot read or enforce (engine/lark_rules.py)
+    ({"input": "x", "tools": [{"type": "custom", "name": "t", "format": {
+        "type": "grammar", "syntax": "lark", "definition": "start: missing"}}]},
+     "tools[0].format"),
+    ({"input": "x", "tools": [{"type": "custom", "name": "t", "format": {
+        "type": "grammar", "syntax": "regex", "definition": "a(?=b)"}}]}, "tools[0].format"),
+    ({"input": "x", "tools": [{"type": "custom", "name": "t", "format": {
+        "type": "grammar", "syntax": "peg", "definition": "x"}}]}, "tools[0].format"),
+    ({"input": "x", "tools": [{"type": "namespace", "name": "n", "tools": [
+        {"type": "custom", "name": "t", "format": {"type": "grammar", "syntax": "lark",
+                                                   "definition": 5}}]}]},
+     "tools[0].tools[0].format"),
 ])
 def test_bad_requests_are_400(server: ServerProcess, body: dict[str, Any], param: str) -> None:
     r = httpx.post(f"{server.base_url}/responses", json={"model": "x", **body}, timeout=30)
@@ -281,10 +294,26 @@ def test_websocket_from_another_server_config(tmp_path: Any) -> None:
 
 
 # -- the streaming state machine and every tool kind, over SSE and WebSocket -------------
+APPLY_PATCH = r"""start: begin_patch hunk+ end_patch
+begin_patch: "*** Begin Patch" LF
+end_patch: "*** End Patch" LF?
+hunk: add_hunk | delete_hunk | update_hunk
+add_hunk: "*** Add File: " filename LF add_line+
+delete_hunk: "*** Delete File: " filename LF
+update_hunk: "*** Update File: " filename LF change_move? change?
+filename: /(.+)/
+add_line: "+" /(.*)/ LF -> line
+change_move: "*** Move to: " filename LF
+change: (change_context | change_line)+ eof_line?
+change_context: ("@@" | "@@ " /(.+)/) LF
+change_line: ("+" | "-" | " ") /(.*)/ LF
+eof_line: "*** End of File" LF
+%import common.LF
+"""  # Codex's apply_patch grammar
 CODEX_LIKE_TOOLS: list[Any] = [
     *WEATHER,
     {"type": "custom", "name": "apply_patch", "description": "Apply a patch to files",
-     "format": {"type": "grammar", "syntax": "lark", "definition": "start: /[\\s\\S]+/"}},
+     "format": {"type": "grammar", "syntax": "lark", "definition": APPLY_PATCH}},
     {"type": "local_shell"},
     {"type": "namespace", "name": "notes", "description": "Note taking",
      "tools": [{"type": "function", "name": "add_note", "parameters": {
@@ -334,8 +363,9 @@ def test_streams_follow_the_state_machine_over_sse_and_websocket(
         for r in (sse, ws):
             item = r["output"][-1]
             assert item["type"] == expected[name], r["output"]
-            if name == "custom tool call":
+            if name == "custom tool call":  # a patch, as the tool's grammar has it
                 assert item["name"] == "apply_patch" and isinstance(item["input"], str)
+                lark.Lark(APPLY_PATCH.replace("/(.*)/", "/(.+)/?")).parse(item["input"])
             if name == "local shell call":
                 assert item["action"]["type"] == "exec" and item["action"]["command"]
             if name == "namespaced call":

@@ -14,6 +14,7 @@ config nothing but the file, all served by one server (several models).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -224,6 +225,48 @@ def test_json_schema_answers_are_valid(client: OpenAI, family: str) -> None:
                           **THINK)
     assert finish == "stop", message
     jsonschema.validate(json.loads(message["content"]), ANSWER)
+
+
+# custom tools (the Responses API's, Codex's kind) whose input has its own grammar
+COMMANDS = r'''
+start: cmd (";" cmd)~0..2
+cmd: "move"i " " DIR " " STEPS
+   | "say " /"[^"\n]{0,6}"/
+   | "tab" /\t/ /[\\a-c]{1,3}/
+DIR: "north" | "south"
+STEPS: /[1-9]\d?/
+'''
+SUM = r"(add|sub) -?[0-9]{1,3}( [0-9]{1,3}){0,2}"
+CUSTOM_TOOLS = [
+    {"type": "custom", "name": "robot", "description": "Commands for the robot.",
+     "format": {"type": "grammar", "syntax": "lark", "definition": COMMANDS}},
+    {"type": "custom", "name": "calc", "description": "A sum.",
+     "format": {"type": "grammar", "syntax": "regex", "definition": SUM}}]
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_custom_tool_inputs_follow_their_grammar(client: OpenAI, family: str) -> None:
+    """A forced custom tool, through the Responses API: the input, written bare or inside
+    a JSON string as the family's markup has it, is a text of the tool's Lark grammar
+    (checked by the ``lark`` package) or fully matches its regular expression."""
+    import lark
+
+    model = alias(FAMILY_TEMPLATES[family])
+    robot = lark.Lark(COMMANDS, start="start", parser="earley", lexer="dynamic")
+    # one tool per family, each syntax on both kinds of markup (CI time)
+    for name, seed in [("robot", 7), ("calc", 8)][FAMILIES.index(family) % 2:][:1]:
+        r = client.responses.create(model=model, input="Hi", tools=CUSTOM_TOOLS,
+                                    tool_choice={"type": "custom", "name": name},
+                                    temperature=1.0, max_output_tokens=MAX_TOKENS,
+                                    extra_body={"seed": seed, **THINK})
+        assert r.status == "completed", r.output
+        calls = [i for i in r.output if i.type == "custom_tool_call"]
+        assert len(calls) == 1 and calls[0].name == name, r.output
+        text = calls[0].input
+        if name == "robot":
+            robot.parse(text)
+        else:
+            assert re.fullmatch(SUM, text), text
 
 
 OPENS = [f for f in FAMILIES if f in ("qwen3-xml", "glm", "minimax-m2", "deepseek-r1",

@@ -22,7 +22,7 @@ def test_tools_of_every_kind_map_to_functions_and_back() -> None:
         {"type": "namespace", "name": "ns", "description": "n", "tools": [
             {"type": "function", "name": "g"}, {"type": "custom", "name": "h"}]},
         {"type": "custom", "name": "apply_patch",
-         "format": {"type": "grammar", "syntax": "lark", "definition": "start: x"}},
+         "format": {"type": "grammar", "syntax": "lark", "definition": "start: \"x\""}},
         {"type": "local_shell"}, {"type": "web_search", "external_web_access": True},
         {"type": "mcp", "server_label": "s"}]}))
     names = [t["function"]["name"] for t in req.chat_body["tools"]]
@@ -30,7 +30,7 @@ def test_tools_of_every_kind_map_to_functions_and_back() -> None:
     assert list(req.chat_body["tools"][0]["function"]) == ["name", "description", "parameters"]
     assert req.offered["ns__h"].kind == "custom" and req.offered["ns__h"].namespace == "ns"
     patch = req.chat_body["tools"][3]["function"]
-    assert patch["parameters"]["required"] == ["input"] and "start: x" in patch["description"]
+    assert patch["parameters"]["required"] == ["input"] and 'start: "x"' in patch["description"]
 
 
 def test_items_render_as_the_chat_conversation_would() -> None:

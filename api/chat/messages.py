@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 from api.web.body import BodyLimits, decode
 from api.web.errors import APIError, invalid
 from api.web.params import Body
+from engine.lark_rules import CUSTOM_GRAMMAR
 
 if TYPE_CHECKING:
     from api.media.parts import MediaRefs
@@ -133,10 +134,29 @@ def parse_messages(body: Body, media: MediaRefs | None = None) -> list[dict[str,
     return out
 
 
+def _shown(tools: list[Any] | None) -> list[Any] | None:
+    """The tools as the template shows them: a custom tool's grammar is in its description
+    already, not repeated inside its parameters (``api.responses.request``)."""
+    if not tools:
+        return tools
+    out = []
+    for tool in tools:
+        fn = tool.get("function") if isinstance(tool, dict) else None
+        params = fn.get("parameters") if isinstance(fn, dict) else None
+        props = params.get("properties") if isinstance(params, dict) else None
+        if isinstance(fn, dict) and isinstance(params, dict) and isinstance(props, dict) and \
+                any(isinstance(p, dict) and CUSTOM_GRAMMAR in p for p in props.values()):
+            props = {k: {a: b for a, b in p.items() if a != CUSTOM_GRAMMAR}
+                     if isinstance(p, dict) else p for k, p in props.items()}
+            tool = {**tool, "function": {**fn, "parameters": {**params, "properties": props}}}
+        out.append(tool)
+    return out
+
+
 def render(model: ModelHandle, template: ChatTemplate, messages: list[dict[str, Any]],
            tools: list[Any] | None, extra: dict[str, Any]) -> tuple[str, list[int]]:
     """The rendered prompt text and its tokens (BOS added if the template did not)."""
-    text = template.render(messages, tools=tools, add_generation_prompt=True, **extra)
+    text = template.render(messages, tools=_shown(tools), add_generation_prompt=True, **extra)
     tokens = model.tokenize(text, add_special=False, parse_special=True)
     bos = model.special_token_text("bos")
     if model.adds_bos and bos and not text.startswith(bos):

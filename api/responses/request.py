@@ -6,7 +6,8 @@ Every tool type and input item type of the Responses API is accepted:
   inside a ``namespace`` are offered as ``<namespace>__<name>`` and their calls come
   back carrying the namespace; ``custom`` (freeform) tools are offered as a function
   with one string argument ``input`` (a ``lark`` / ``regex`` grammar is shown to the
-  model in the description, not enforced); ``local_shell`` is offered as a function
+  model in the description and enforced on the input, ``engine.lark_rules``; a grammar
+  it cannot read is a 400); ``local_shell`` is offered as a function
   taking ``command`` (a list of strings), ``workdir`` and ``timeout_ms``. Hosted tools
   this server cannot run (``web_search``, ``file_search``, ``image_generation``,
   ``code_interpreter``, ``tool_search``, ``mcp``, ``computer_use_preview``…) are left
@@ -33,6 +34,7 @@ from typing import Any
 from api.chat.messages import content_text, has_media
 from api.web.errors import invalid
 from api.web.params import Body
+from engine.lark_rules import CUSTOM_GRAMMAR, GrammarSyntaxError, parse_custom
 
 HOSTED_TOOLS = {"web_search", "web_search_preview", "web_search_preview_2025_03_11",
                 "file_search", "image_generation", "code_interpreter", "tool_search", "mcp",
@@ -214,14 +216,19 @@ def _function(tool: dict[str, Any], where: str, namespace: str | None
     if kind == "custom":  # one free-text argument
         raw_fmt = tool.get("format")
         fmt: dict[str, Any] = raw_fmt if isinstance(raw_fmt, dict) else {}
+        text: dict[str, Any] = {"type": "string", "description": "The tool's input, as free text"}
         hint = ""
-        if fmt.get("type") == "grammar" and isinstance(fmt.get("definition"), str):
-            hint = (f"\nThe input must follow this {fmt.get('syntax', '')} grammar:\n"
+        if fmt.get("type") == "grammar":
+            try:
+                parse_custom(fmt.get("syntax"), fmt.get("definition"))
+            except GrammarSyntaxError as exc:
+                raise invalid(f"{where}.format", f"the custom tool's grammar: {exc}") from None
+            text[CUSTOM_GRAMMAR] = {"syntax": fmt["syntax"], "definition": fmt["definition"]}
+            hint = (f"\nThe input must follow this {fmt['syntax']} grammar:\n"
                     + fmt["definition"][:MAX_GRAMMAR_HINT])
         description = f"{description or ''}{hint}".strip() or None
-        fn["parameters"] = {"type": "object", "properties": {"input": {
-            "type": "string", "description": "The tool's input, as free text"}},
-            "required": ["input"]}
+        fn["parameters"] = {"type": "object", "properties": {"input": text},
+                            "required": ["input"]}
         if isinstance(description, str):
             fn["description"] = description
     return {"type": "function", "function": fn}, OfferedTool(str(kind), name, namespace)
