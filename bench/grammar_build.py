@@ -37,14 +37,14 @@ sys.path.insert(0, str(ROOT / "tests"))
 from report import report  # noqa: E402
 
 TOOLS = ROOT / "tests" / "fixtures" / "claude_code_tools.json"
-BEFORE_BOUNDS = "7a1b379"  # main before engine/json_schema.py relaxed large counts
+BEFORE_BOUNDS = "7a1b379"  # main before engine/constraints/json_schema.py relaxed large counts
 
 # Runs inside the worktree of --ref: converts and parses in-process, prints JSON timings.
 MEASURE = r"""
 import json, statistics, sys, time
 sys.path.insert(0, ".")
 import llama_cpp as L
-from engine.grammar import tool_call_grammar
+from engine.constraints.grammar import tool_call_grammar
 keep = L.llama_log_callback(lambda *a: None)
 L.llama_log_set(keep, None)
 L.llama_backend_init()
@@ -103,7 +103,7 @@ def before(ref: str, model: str, tools: list[dict[str, Any]], repeats: int) -> d
 def after(model: str, tools: list[dict[str, Any]], repeats: int) -> dict[str, Any]:
     import llama_cpp as L
 
-    from engine.grammar import tool_call_grammar
+    from engine.constraints.grammar import tool_call_grammar
     from engine.sampling.grammar_check import GrammarChecker
 
     keep = L.llama_log_callback(lambda *a: None)

@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 from structured import PROMPT, SCHEMA, TOOL  # noqa: E402
 
 from engine.config import ModelConfig  # noqa: E402
-from engine.grammar import json_grammar, tool_call_grammar  # noqa: E402
+from engine.constraints.grammar import json_grammar, tool_call_grammar  # noqa: E402
 from engine.request import SamplingParams  # noqa: E402
 from engine.runner import Runner  # noqa: E402
 from engine.sampling.samplers import GrammarChain  # noqa: E402

@@ -6,7 +6,8 @@ Snowplow, Washington Post); it is not shipped here: pass its folder with ``--cor
 stratified sample (``--per-dataset`` schemas of each dataset, every k-th file in name
 order) runs in one or more modes side by side:
 
-- ``engine``: the schema compiled by ``engine.grammar.json_grammar`` (strict and not) and
+- ``engine``: the schema compiled by ``engine.constraints.grammar.json_grammar`` (strict
+  and not) and
   walked through llama.cpp's grammar sampler with random logits (``tests/grammar_walk.py``,
   a random model without a model), ``--seeds`` walks per schema;
 - ``URL`` (one per ``--server``): ``/v1/chat/completions`` with ``response_format``
@@ -39,7 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from api.chat.answer_check import schema_errors  # noqa: E402
-from engine.grammar import GrammarError, json_grammar  # noqa: E402
+from engine.constraints.grammar import GrammarError, json_grammar  # noqa: E402
 
 
 def sample(corpus: Path, per_dataset: int) -> dict[str, list[tuple[str, Any]]]:

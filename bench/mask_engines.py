@@ -35,7 +35,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "bench"), str(ROOT / "tests")]
 import llama_cpp as L  # noqa: E402
 from structured import SCHEMA, TOOL  # noqa: E402
 
-from engine.grammar import json_grammar, tool_call_grammar  # noqa: E402
+from engine.constraints.grammar import json_grammar, tool_call_grammar  # noqa: E402
 from engine.sampling.masks import MaskEngine  # noqa: E402
 from fetch_models import cache_dir  # noqa: E402
 from report import report  # noqa: E402

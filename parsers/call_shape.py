@@ -1,5 +1,5 @@
 """How a model family writes its tool calls, as literal text around each call's name and
-arguments: the one description the forced-call grammar (``engine/grammar_shapes.py``)
+arguments: the one description the forced-call grammar (``engine/constraints/grammar_shapes.py``)
 and the tests' renderings are built from.
 
     section_open  call_open NAME name_close ARGS call_close

@@ -1,6 +1,6 @@
 """JSON Schemas at their worst, for every route and frame that takes a schema.
 
-Each keyword the schema converter reads (``engine/json_schema.py``, llama-cpp-python's
+Each keyword the schema converter reads (``engine/constraints/json_schema.py``, llama-cpp-python's
 converter) gets its worst values: huge and odd counts (``maxLength: 524288``, as Claude
 Code sends), huge ``enum`` / ``const`` values, deep and recursive ``$ref`` chains, wide
 ``anyOf`` / ``oneOf``, patterns with large or nested counted repetitions and backtracking

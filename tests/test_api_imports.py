@@ -12,10 +12,12 @@ imports included) may import from ``engine`` only these modules:
   pure Python.
 - ``engine.sampling.reasoning``: ``ReasoningBudget`` (part of ``SamplingParams``: a thinking
   budget and the tokens that close it); pure Python.
-- ``engine.grammar``: the pure grammar builders ``api/chat/tools.py`` turns tools and
-  response formats into, and ``GrammarError`` (no llama.cpp state: the bindings' pure-Python
-  schema converter only); ``engine.grammar_gemma4`` and ``engine.grammar_shapes``, the
-  same for Gemma 4's call markup and for the other families' (parsers/families.py).
+- ``engine.constraints.grammar``: the pure grammar builders ``api/chat/tools.py`` turns
+  tools and response formats into, and ``GrammarError`` (no llama.cpp state: the
+  bindings' pure-Python schema converter only); ``engine.constraints.grammar_gemma4`` and
+  ``engine.constraints.grammar_shapes``, the same for Gemma 4's call markup and for the
+  other families' (parsers/families.py); ``engine.constraints.lark_rules``, the reader
+  of a custom tool's grammar (its 400s, and the schema key that carries it); pure Python.
 
 Anything else (``engine.core``, ``engine.runner``, ``engine.media.projector`` ...) holds
 llama.cpp state or the engine thread's internals; reaching it from ``api/`` would tie the
@@ -30,7 +32,8 @@ from pathlib import Path
 from conftest import ROOT
 
 ALLOWED = frozenset({"engine.handle", "engine.config", "engine.request", "engine.media.spans",
-                     "engine.grammar", "engine.grammar_gemma4", "engine.grammar_shapes",
+                     "engine.constraints.grammar", "engine.constraints.grammar_gemma4",
+                     "engine.constraints.grammar_shapes", "engine.constraints.lark_rules",
                      "engine.sampling.reasoning"})
 
 

@@ -155,7 +155,7 @@ def test_json_schema_text_format(client: OpenAI) -> None:
     ({"input": [{"type": "message", "role": "robot", "content": "x"}]}, "input[0].role"),
     ({"input": 42}, "input"),
     ({"input": "x", "text": {"format": {"type": "yaml"}}}, "text.format"),
-    # a custom tool's grammar this server cannot read or enforce (engine/lark_rules.py)
+    # a custom tool's grammar this server cannot read or enforce (engine/constraints/lark_rules.py)
     ({"input": "x", "tools": [{"type": "custom", "name": "t", "format": {
         "type": "grammar", "syntax": "lark", "definition": "start: missing"}}]},
      "tools[0].format"),

@@ -11,7 +11,7 @@ import pytest
 
 from api.chat import tools as chat_tools
 from api.chat.tools import OutputRules, build_grammar
-from engine.grammar import GrammarError
+from engine.constraints.grammar import GrammarError
 from parsers.response_schema import StreamLayout
 
 CLAUDE_CODE: list[Any] = [

@@ -22,7 +22,7 @@ from grammar_walk import GrammarWalker
 from llama_templates import all_templates, template
 
 from conftest import model_path
-from engine.grammar_shapes import shaped_call_grammar
+from engine.constraints.grammar_shapes import shaped_call_grammar
 from parsers.chat_template import ChatTemplate, TemplateError
 from parsers.families import FAMILIES, by_name, detect
 from parsers.message_stream import MessageDelta, MessageStream

@@ -28,7 +28,7 @@ from plan_cases import TIME
 from plan_cases import WEATHER as PLAN_WEATHER
 
 from conftest import ServerProcess, start_server
-from engine.grammar import _gbnf_literal
+from engine.constraints.grammar import _gbnf_literal
 
 # one template per family for the plan checks (a forced call, JSON, a budget)
 FAMILY_TEMPLATES = {

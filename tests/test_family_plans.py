@@ -36,8 +36,8 @@ from plan_cases import (
 )
 
 from conftest import ServerProcess, start_server
-from engine.grammar import harmony_grammar, json_grammar
-from engine.grammar_gemma4 import gemma4_call_grammar
+from engine.constraints.grammar import harmony_grammar, json_grammar
+from engine.constraints.grammar_gemma4 import gemma4_call_grammar
 from parsers import gemma4
 from parsers.harmony import HarmonyParser
 

@@ -14,7 +14,8 @@ from engine.sampling.grammar_check import GrammarChecker, GrammarRefused
 pytestmark = pytest.mark.model
 GOOD = 'root ::= "yes" | "no"'
 # 30,000 nested groups: llama.cpp's parser recurses once per group and runs out of stack
-# (engine/grammar.py refuses this text before any parser; the checker is the second wall)
+# (engine/constraints/grammar.py refuses this text before any parser; the checker is the
+# second wall)
 CRASHING = 'root ::= ' + '("a" ' * 30000 + ')?' * 30000
 
 

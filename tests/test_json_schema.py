@@ -15,7 +15,7 @@ import pytest
 from pydantic import BaseModel
 
 from conftest import require_model
-from engine.grammar import (
+from engine.constraints.grammar import (
     MAX_GRAMMAR_BYTES,
     MAX_GRAMMAR_DEPTH,
     Grammar,
@@ -26,7 +26,7 @@ from engine.grammar import (
     tool_call_grammar,
     xml_tool_call_grammar,
 )
-from engine.json_schema import (
+from engine.constraints.json_schema import (
     ENUM_LIMIT,
     MAX_SCHEMA_NODES,
     REPEAT_LIMIT,

@@ -1,4 +1,4 @@
-"""Custom tools' grammars (engine/lark_rules.py, engine/regex_rules.py) as GBNF: every text
+"""Custom tools' grammars (engine/constraints/lark_rules.py and regex_rules.py) as GBNF: every text
 llama.cpp's grammar sampler lets through is one the grammar's own reader accepts.
 
 The GBNF is walked with llama.cpp's grammar sampler over SmolLM2's vocabulary
@@ -22,8 +22,8 @@ import pytest
 from grammar_walk import GrammarWalker
 
 from conftest import model_path
-from engine.grammar import _converter
-from engine.lark_rules import GrammarSyntaxError, add_rules, parse_custom
+from engine.constraints.grammar import _converter
+from engine.constraints.lark_rules import GrammarSyntaxError, add_rules, parse_custom
 
 # Codex's apply_patch grammar (codex-rs/core/src/tools/handlers/tool_apply_patch.lark)
 APPLY_PATCH = r"""

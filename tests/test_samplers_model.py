@@ -17,7 +17,7 @@ import pytest
 
 from conftest import require_model
 from engine.config import ModelConfig
-from engine.grammar import json_grammar, tool_call_grammar
+from engine.constraints.grammar import json_grammar, tool_call_grammar
 from engine.request import SamplingParams
 from engine.runner import Runner
 from engine.sampling.masks import MaskEngine

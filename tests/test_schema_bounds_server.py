@@ -1,6 +1,6 @@
 """Schemas with large bounds, as real clients send them, through the clients themselves.
 
-Before the grammar bounds (engine/json_schema.py, engine/grammar.py), each of these
+Before the grammar bounds (engine/constraints/json_schema.py and grammar.py), each of these
 requests killed the server with a segmentation fault: the tool parameter with
 ``"maxLength": 524288`` that Claude Code sends, the same bound in a 200-byte chat
 request, and a ``pattern`` of ``^a{1,300000}$``. Now each gets its answer and the

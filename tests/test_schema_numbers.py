@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.schema_numbers import decimal, integer_pattern, number_pattern
+from engine.constraints.schema_numbers import decimal, integer_pattern, number_pattern
 
 small = st.integers(-1200, 1200)
 bounds = st.one_of(st.none(), small)

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine.schema_patterns import PatternError, json_string_pattern
+from engine.constraints.schema_patterns import PatternError, json_string_pattern
 
 PATTERNS = [
     r"^\d{3}-\d{4}$", r"^[A-Z][a-z]+\.$", "abc", r"^[^@]+@[^@]+\.[a-z]{2,}$", r"^(?:a|b)+?$",

@@ -22,8 +22,8 @@ from hypothesis import strategies as st
 
 from api.chat.answer_check import schema_errors
 from conftest import require_model
-from engine.grammar import GrammarError, json_grammar, tool_call_grammar
-from engine.json_schema import SchemaSet
+from engine.constraints.grammar import GrammarError, json_grammar, tool_call_grammar
+from engine.constraints.json_schema import SchemaSet
 
 SEEDS = 6
 # a failing schema is reported as drawn: shrinking one through grammar walks takes minutes

@@ -24,7 +24,7 @@ import pytest
 from openai import OpenAI
 
 from conftest import THINKING_TEMPLATE, ServerProcess, load_config, start_server, tiny_qwen_config
-from engine.grammar import json_grammar, xml_tool_call_grammar
+from engine.constraints.grammar import json_grammar, xml_tool_call_grammar
 from engine.sampling.reasoning import ReasoningBudget, ReasoningGuard
 
 WEATHER = {"type": "object", "properties": {

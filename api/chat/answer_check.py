@@ -5,8 +5,8 @@ off by ``max_tokens`` or the context), its JSON content is validated against the
 ``response_format`` schema and each tool call's arguments against that tool's
 ``parameters`` (the ``jsonschema`` package, the schema's own draft, formats checked). A
 mismatch is logged and counted (``llamaserve_schema_mismatches_total{kind, strict}``): for a
-``strict`` schema it is a bug (``engine.json_schema`` enforces those exactly or refuses
-them); for another, one of the relaxations ``engine.json_schema`` records.
+``strict`` schema it is a bug (``engine.constraints.json_schema`` enforces those exactly or refuses
+them); for another, one of the relaxations ``engine.constraints.json_schema`` records.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 from api.web.body import BodyLimits, decode
 from api.web.errors import APIError, invalid
 from api.web.params import Body
-from engine.lark_rules import CUSTOM_GRAMMAR
+from engine.constraints.lark_rules import CUSTOM_GRAMMAR
 
 if TYPE_CHECKING:
     from api.media.parts import MediaRefs

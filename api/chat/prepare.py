@@ -16,7 +16,7 @@ from api.media.parts import load as load_media
 from api.media.parts import tokenize as tokenize_media
 from api.web.errors import APIError, invalid
 from api.web.state import ModelState
-from engine.grammar import GrammarError
+from engine.constraints.grammar import GrammarError
 from engine.handle import MediaInput, ModelHandle
 from engine.media.spans import MediaSpan
 from engine.request import SamplingParams

@@ -12,7 +12,7 @@ from typing import Any
 
 from api.web.errors import invalid
 from api.web.params import Body
-from engine.grammar import (
+from engine.constraints.grammar import (
     Grammar,
     GrammarError,
     bare_call_grammar,
@@ -22,8 +22,8 @@ from engine.grammar import (
     tool_call_grammar,
     xml_tool_call_grammar,
 )
-from engine.grammar_gemma4 import gemma4_answer_grammar, gemma4_call_grammar
-from engine.grammar_shapes import shaped_call_grammar
+from engine.constraints.grammar_gemma4 import gemma4_answer_grammar, gemma4_call_grammar
+from engine.constraints.grammar_shapes import shaped_call_grammar
 from parsers.response_schema import StreamLayout
 
 
@@ -213,7 +213,7 @@ def _build(rules: OutputRules, layout: StreamLayout, in_reasoning: bool) -> Gram
 
 def _harmony(rules: OutputRules, layout: StreamLayout, in_reasoning: bool) -> Grammar | None:
     """gpt-oss: after the analysis channel, a commentary call or a final answer in harmony's
-    own headers (engine.grammar.harmony_grammar), so a header is never malformed and no
+    own headers (engine.constraints.grammar.harmony_grammar), so a header is never malformed and no
     harmony token reaches the answer; without reasoning, tools or a format, none."""
     tools = [t for t in rules.tools if rules.function in (None, t["function"]["name"])] \
         if rules.choice != "none" else []

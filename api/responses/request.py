@@ -6,7 +6,7 @@ Every tool type and input item type of the Responses API is accepted:
   inside a ``namespace`` are offered as ``<namespace>__<name>`` and their calls come
   back carrying the namespace; ``custom`` (freeform) tools are offered as a function
   with one string argument ``input`` (a ``lark`` / ``regex`` grammar is shown to the
-  model in the description and enforced on the input, ``engine.lark_rules``; a grammar
+  model in the description and enforced on the input, ``engine.constraints.lark_rules``; a grammar
   it cannot read is a 400); ``local_shell`` is offered as a function
   taking ``command`` (a list of strings), ``workdir`` and ``timeout_ms``. Hosted tools
   this server cannot run (``web_search``, ``file_search``, ``image_generation``,
@@ -34,7 +34,7 @@ from typing import Any
 from api.chat.messages import content_text, has_media
 from api.web.errors import invalid
 from api.web.params import Body
-from engine.lark_rules import CUSTOM_GRAMMAR, GrammarSyntaxError, parse_custom
+from engine.constraints.lark_rules import CUSTOM_GRAMMAR, GrammarSyntaxError, parse_custom
 
 HOSTED_TOOLS = {"web_search", "web_search_preview", "web_search_preview_2025_03_11",
                 "file_search", "image_generation", "code_interpreter", "tool_search", "mcp",

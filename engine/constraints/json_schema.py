@@ -26,8 +26,8 @@ schema all pass through ``SchemaSet.add`` before conversion. It copies the schem
   free-text field: written out as nested optional rules, that bound alone ran llama.cpp's
   grammar parser out of stack and killed the process.
 
-Exactness. Numeric bounds (``engine.schema_numbers``), patterns (``engine.schema_patterns``,
-JSON-string-safe and anchored), formats (``engine.schema_merge.FORMATS``), ``allOf`` and the
+Exactness. Numeric bounds (``schema_numbers``), patterns (``schema_patterns``,
+JSON-string-safe and anchored), formats (``schema_merge.FORMATS``), ``allOf`` and the
 keywords beside an ``anyOf`` (merged), ``oneOf`` with branches no value can match twice, the
 ``required`` of an object without ``properties``, ``not`` of a type, ``dependentRequired``,
 ``patternProperties`` and ``propertyNames`` over the declared properties of a closed object,
@@ -47,10 +47,10 @@ from typing import Any
 
 import jsonschema
 
-from engine.lark_rules import CUSTOM_GRAMMAR
-from engine.schema_merge import CHECKED_FORMATS, FORMATS, UNSAT, disjoint, merge
-from engine.schema_numbers import decimal, int_bounds, number_bounds
-from engine.schema_patterns import PatternError, json_string_pattern
+from engine.constraints.lark_rules import CUSTOM_GRAMMAR
+from engine.constraints.schema_merge import CHECKED_FORMATS, FORMATS, UNSAT, disjoint, merge
+from engine.constraints.schema_numbers import decimal, int_bounds, number_bounds
+from engine.constraints.schema_patterns import PatternError, json_string_pattern
 
 ANY_TYPES = ["string", "number", "integer", "boolean", "object", "array", "null"]
 TYPES = {*ANY_TYPES}
@@ -202,7 +202,7 @@ class _Localizer:
         out: dict[str, Any] = {}
         for key, value in node.items():
             if key == CUSTOM_GRAMMAR and isinstance(value, dict):
-                out[key] = value  # a custom tool's own grammar (engine.lark_rules)
+                out[key] = value  # a custom tool's own grammar (engine.constraints.lark_rules)
                 continue
             if key in ANNOTATIONS or key.startswith("x-"):
                 continue
@@ -301,7 +301,7 @@ class _Localizer:
 
     def _combined(self, node: dict[str, Any], where: str) -> dict[str, Any]:
         """``allOf`` merged into one schema, and the keywords beside an ``anyOf`` / ``oneOf``
-        merged into each branch, where that is exact (``engine.schema_merge``); a
+        merged into each branch, where that is exact (``engine.constraints.schema_merge``); a
         ``oneOf`` whose branches cannot overlap read as ``anyOf``."""
         for _ in range(16):  # a part may hold an allOf of its own: merged in turn
             parts = node.get("allOf")
@@ -517,8 +517,8 @@ class _Localizer:
         return out
 
     def _numbers(self, out: dict[str, Any], where: str) -> dict[str, Any]:
-        """Numeric bounds checked to be writable (``engine.grammar``'s converter writes
-        them from ``engine.schema_numbers``); ``multipleOf`` of a power of ten as decimal
+        """Numeric bounds checked to be writable (``engine.constraints.grammar``'s converter writes
+        them from ``schema_numbers``); ``multipleOf`` of a power of ten as decimal
         places, of a whole number within small bounds as the listed multiples."""
         if not any(k in out for k in NUMERIC) or "enum" in out or "const" in out:
             return {k: v for k, v in out.items() if k not in NUMERIC} \

@@ -3,7 +3,7 @@ with the arguments typed by the tool's parameter schema in Gemma 4's own value s
 (``parsers.gemma4``: bare keys, strings between ``<|"|>`` tokens, JSON numbers and words).
 
 The JSON converter cannot write that syntax, so the schema (made ready by
-``engine.json_schema.SchemaSet``, as for every grammar) is walked here: objects with their
+``json_schema.SchemaSet``, as for every grammar) is walked here: objects with their
 properties in order (required ones always, optional ones may be left out), strings with
 ``enum`` / ``const`` / ``minLength`` / ``maxLength`` / anchored ``pattern`` (the converter's
 pattern rules, unquoted), arrays with item counts, ``anyOf`` / ``oneOf`` / type lists as
@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from engine.grammar import (
+from engine.constraints.grammar import (
     Grammar,
     GrammarError,
     _after,
@@ -35,8 +35,8 @@ from engine.grammar import (
     raw_pattern,
     strict_strings,
 )
-from engine.json_schema import SchemaSet
-from engine.lark_rules import CUSTOM_GRAMMAR
+from engine.constraints.json_schema import SchemaSet
+from engine.constraints.lark_rules import CUSTOM_GRAMMAR
 
 QUOTE = '<|"|>'
 _HANDLED = {"type", "properties", "required", "additionalProperties", "items", "minItems",
@@ -175,7 +175,7 @@ class _Values:
 def gemma4_call_grammar(tools: list[dict[str, Any]], start: str, end: str, *,
                         parallel: bool, lazy: bool, after: str | None = None) -> Grammar:
     """Blocks of ``start`` ``call:NAME{...}`` ``end`` for one of ``tools``; ``parallel``,
-    ``lazy`` and ``after`` as for ``engine.grammar.tool_call_grammar``."""
+    ``lazy`` and ``after`` as for ``engine.constraints.grammar.tool_call_grammar``."""
     try:
         return _grammar(tools, start, end, parallel=parallel, lazy=lazy, after=after)
     except GrammarError as exc:

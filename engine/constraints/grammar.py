@@ -10,7 +10,7 @@ blocks (``<function=NAME>`` / ``<parameter=KEY>`` as in Qwen3.5) whose parameter
 values are typed by the tool's schema.
 Conversion costs milliseconds, so callers run it off the event loop.
 
-Every grammar is bounded before llama.cpp sees it: ``engine.json_schema`` relaxes counts
+Every grammar is bounded before llama.cpp sees it: ``engine.constraints.json_schema`` relaxes counts
 and enums that would blow up, and ``bounded`` refuses a grammar past ``MAX_GRAMMAR_BYTES``
 of text, ``MAX_GRAMMAR_RULES`` rules or ``MAX_GRAMMAR_DEPTH`` nested parentheses (llama.cpp's
 parser recurses once per parenthesis, on the caller's stack).
@@ -26,10 +26,15 @@ from typing import Any
 
 import llama_cpp.llama_grammar
 
-from engine.json_schema import SchemaError, SchemaSet
-from engine.lark_rules import CUSTOM_GRAMMAR, GrammarSyntaxError, add_rules, parse_custom
-from engine.schema_numbers import number_bounds
-from engine.schema_patterns import JSON_UNSAFE
+from engine.constraints.json_schema import SchemaError, SchemaSet
+from engine.constraints.lark_rules import (
+    CUSTOM_GRAMMAR,
+    GrammarSyntaxError,
+    add_rules,
+    parse_custom,
+)
+from engine.constraints.schema_numbers import number_bounds
+from engine.constraints.schema_patterns import JSON_UNSAFE
 
 _G: Any = llama_cpp.llama_grammar  # untyped Python module: used through Any
 
@@ -54,7 +59,7 @@ def _tools_error(exc: GrammarError) -> GrammarError:
 class Grammar:
     text: str
     lazy_patterns: tuple[str, ...] = ()  # empty: constrain from the first token
-    relaxed: tuple[str, ...] = ()  # schema bounds left out (engine.json_schema)
+    relaxed: tuple[str, ...] = ()  # schema bounds left out (engine.constraints.json_schema)
 
 
 def bounded(text: str, *, depth: bool = True) -> str:
@@ -124,7 +129,7 @@ def _gbnf_literal(text: str) -> str:
 
 class _Converter(_G.SchemaConverter):  # type: ignore[misc]
     """llama-cpp-python's converter, and what it does not write: a bounded integer or
-    number as the pattern of its range (``engine.schema_numbers``), and an object's other
+    number as the pattern of its range (``schema_numbers``), and an object's other
     keys (``additionalProperties``) as strings that are none of its declared names, so no
     key can repeat one with a value of another schema."""
 
@@ -185,7 +190,7 @@ class _Converter(_G.SchemaConverter):  # type: ignore[misc]
 
 
 def custom_rule(conv: Any, spec: dict[str, Any], name: str, json_mode: bool) -> str:
-    """The rule of the text a custom tool's grammar (``engine.lark_rules``) allows, bare
+    """The rule of the text a custom tool's grammar (``engine.constraints.lark_rules``) allows, bare
     or as the inside of a JSON string (``json_mode``)."""
     try:
         grammar = parse_custom(spec.get("syntax"), spec.get("definition"))
@@ -209,7 +214,7 @@ def _converter() -> Any:
 
 def _visit(conv: Any, schema: Any, name: str) -> str:
     try:
-        # every reference engine.json_schema leaves points into the shared $defs: given to
+        # every reference json_schema leaves points into the shared $defs: given to
         # the converter directly (its own resolve_refs walks every dict, and takes a
         # property named "$ref", as Kubernetes' schemas have, for a reference)
         defs = schema.get("$defs", {}) if isinstance(schema, dict) else {}
@@ -219,7 +224,7 @@ def _visit(conv: Any, schema: Any, name: str) -> str:
         raise GrammarError("cannot build a grammar for this JSON schema: it nests too "
                            "deeply for the grammar converter") from None
     except Exception as exc:  # the converter's own checks are asserts and lookups; a
-        # range engine.json_schema let through as writable, ValueError
+        # range engine.constraints.json_schema let through as writable, ValueError
         raise GrammarError(f"cannot build a grammar for this JSON schema: {exc}") from None
 
 
@@ -235,7 +240,7 @@ def json_grammar(schema: dict[str, Any] | None, after: str | None = None,
     """Any JSON object (``schema`` None) or a value of ``schema``. With ``after`` (the end
     of a reasoning block), the model reasons freely and the JSON follows that marker;
     ``prefix``: markup written first (Functionary 3.2's "all" recipient line).
-    ``strict``: the schema is enforced exactly or refused (``engine.json_schema``)."""
+    ``strict``: the schema is enforced exactly or refused (``engine.constraints.json_schema``)."""
     conv, schemas = _converter(), SchemaSet()
     local = _local(schemas, schema if schema is not None else {"type": "object"}, "schema",
                    strict)
@@ -368,7 +373,7 @@ def raw_pattern(conv: Any, pattern: str, name: str) -> str:
 def _xml_string(conv: Any, target: dict[str, Any], name: str, close: str = "") -> str:
     """A parameter's text value in XML call markup (no quotes): one of its ``enum`` /
     ``const`` strings, else the text its anchored ``pattern`` matches, else one line of
-    ``minLength``..``maxLength`` characters (counts past ``engine.json_schema.REPEAT_LIMIT``
+    ``minLength``..``maxLength`` characters (counts past ``json_schema.REPEAT_LIMIT``
     were already dropped; never ``close``'s first character, where the markup closing the
     value starts with one the parser's lazy regex would cut the value at), else any
     text."""

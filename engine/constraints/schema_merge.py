@@ -1,6 +1,6 @@
 """Exact rewrites of JSON Schema keywords the grammar converter reads loosely.
 
-Pure Python, used by ``engine.json_schema`` before conversion:
+Pure Python, used by ``engine.constraints.json_schema`` before conversion:
 
 - ``merge``: two schemas that must both hold (``allOf``, or an ``anyOf`` branch with the
   keywords beside it) as one, where that can be written exactly; ``None`` where it cannot

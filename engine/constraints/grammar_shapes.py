@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from engine.grammar import (
+from engine.constraints.grammar import (
     Grammar,
     GrammarError,
     _after,
@@ -26,7 +26,7 @@ from engine.grammar import (
     is_strict,
     tool_parameters,
 )
-from engine.json_schema import SchemaSet
+from engine.constraints.json_schema import SchemaSet
 
 
 class Shape(Protocol):

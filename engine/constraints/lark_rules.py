@@ -3,7 +3,7 @@
 The Responses API lets a ``custom`` tool say what its free-text input must look like:
 ``format: {"type": "grammar", "syntax": "lark" | "regex", "definition": ...}`` (Codex's
 ``apply_patch`` is one). ``add_rules`` writes that language into a grammar converter's rules,
-in the spelling the call's markup needs (``engine.regex_rules``: bare, or inside a JSON
+in the spelling the call's markup needs (``engine.constraints.regex_rules``: bare, or inside a JSON
 string), so the tool's input is enforced wherever its calls are.
 
 The Lark read here is the subset OpenAI's documentation and llguidance describe: rules
@@ -21,7 +21,7 @@ grammar cannot follow, is rewritten as a repetition (``sum: product ("+" product
 
 Refused with a ``GrammarSyntaxError`` naming what: other directives, rule templates,
 llguidance's extensions (``%json``, special tokens), a name used but never defined, no
-``start``, left recursion through other rules, and what ``engine.regex_rules`` cannot
+``start``, left recursion through other rules, and what ``engine.constraints.regex_rules`` cannot
 follow.
 """
 
@@ -33,7 +33,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.regex_rules import (
+from engine.constraints.regex_rules import (
     MAX_COUNT,
     Alt,
     Chars,
@@ -49,7 +49,7 @@ from engine.regex_rules import (
 )
 
 # the schema key of a string whose text follows a custom tool's grammar: {"syntax": "lark" |
-# "regex", "definition": ...} (api.responses.request; engine.grammar writes its rules)
+# "regex", "definition": ...} (api.responses.request; engine.constraints.grammar writes its rules)
 CUSTOM_GRAMMAR = "x-custom-grammar"
 MAX_DEFINITION = 64 * 1024  # characters of a custom tool's grammar
 IGNORED = "%ignore"  # where the ignored terminals may come, before a rule's terminal

@@ -1,7 +1,7 @@
 """A regular expression as a small tree of characters, sequences, alternatives and counts,
 written out as GBNF in one of two spellings of the same text. Pure Python.
 
-The text a custom tool's grammar describes (``engine.lark_rules``) lands in a call either
+The text a custom tool's grammar describes (``lark_rules``) lands in a call either
 bare (``raw``: Qwen3.5's XML parameters write a value as it is) or inside a JSON string
 (``json``: a line break is written ``\\n``, a quote ``\\"``); every node is written in the
 spelling it lands in, so both describe the same text.
@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass
 
 MAX_CHAR = 0x10FFFF
-MAX_COUNT = 1000  # llama.cpp writes a count n as n rules (engine.json_schema.REPEAT_LIMIT)
+MAX_COUNT = 1000  # llama.cpp writes a count n as n rules (json_schema.REPEAT_LIMIT)
 JSON_UNSAFE = ((0x00, 0x1F), (0x22, 0x22), (0x5C, 0x5C), (0x7F, 0x7F))  # escaped in JSON
 
 Ranges = tuple[tuple[int, int], ...]

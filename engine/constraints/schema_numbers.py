@@ -4,7 +4,7 @@ enforced by the grammar, not hoped for.
 
 Pure Python. A bounded ``integer`` or ``number`` becomes an anchored pattern over JSON's
 number syntax without an exponent (``-?(0|[1-9][0-9]*)([.][0-9]+)?``); the grammar
-converter turns it into rules (``engine.grammar``), and ``tests/test_schema_numbers.py``
+converter turns it into rules (``engine.constraints.grammar``), and ``tests/test_schema_numbers.py``
 checks every pattern against the numeric comparison it stands for.
 
 Digits are capped so that every number the pattern admits is told apart from its bounds
