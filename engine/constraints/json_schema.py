@@ -41,50 +41,40 @@ recorded in ``SchemaSet.relaxed``, and the grammar accepts a superset of the sch
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
 import jsonschema
 
 from engine.constraints.lark_rules import CUSTOM_GRAMMAR
+from engine.constraints.schema_keywords import KeywordRules
 from engine.constraints.schema_merge import CHECKED_FORMATS, FORMATS, UNSAT, disjoint, merge
-from engine.constraints.schema_numbers import decimal, int_bounds, number_bounds
-from engine.constraints.schema_patterns import PatternError, json_string_pattern
+from engine.constraints.schema_patterns import (
+    REPEAT_LIMIT,
+    PatternError,
+    json_string_pattern,
+    relax_pattern,
+)
+from engine.constraints.schema_terms import (
+    ANNOTATIONS,
+    ANY_TYPES,
+    COUNTS,
+    ENUM_LIMIT,
+    KEYWORDS,
+    MAX_OPTIONAL_PROPERTIES,
+    MAX_SCHEMA_NODES,
+    NUMERIC,
+    SCHEMA_LISTS,
+    SCHEMA_MAPS,
+    SCHEMA_VALUES,
+    SPECIAL,
+    TYPES,
+    SchemaError,
+    Unsatisfiable,
+)
 
-ANY_TYPES = ["string", "number", "integer", "boolean", "object", "array", "null"]
-TYPES = {*ANY_TYPES}
-ANNOTATIONS = {"title", "description", "default", "examples", "$comment", "deprecated",
-               "readOnly", "writeOnly", "$schema", "$id", "$anchor", "discriminator",
-               "strict", "$defs", "definitions", "nullable", "contentEncoding",
-               "contentMediaType", "contentSchema", "$vocabulary", "$dynamicAnchor"}
-NUMERIC = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf")
-# validation keywords enforced only where the shape allows it (_Localizer._special)
-SPECIAL = ("not", "if", "then", "else", "patternProperties", "dependentRequired",
-           "dependentSchemas", "dependencies", "uniqueItems", "minProperties",
-           "maxProperties", "propertyNames", "contains", "minContains", "maxContains",
-           "unevaluatedProperties", "unevaluatedItems", "$dynamicRef", "$recursiveRef")
-
-SCHEMA_MAPS = ("properties",)  # name -> schema
-COUNTS = ("minItems", "maxItems", "minLength", "maxLength")
-SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
-SCHEMA_VALUES = ("items", "additionalProperties")
-KEYWORDS = {*SCHEMA_MAPS, *COUNTS, *SCHEMA_LISTS, *SCHEMA_VALUES, *NUMERIC, *SPECIAL,
-            "type", "enum", "const", "required", "pattern", "format", "$ref"}
-# llama.cpp sees a count n as n nested rules: past this it is not enforced (relaxed)
-REPEAT_LIMIT = 1000
-ENUM_LIMIT = 1000  # past this, an enum is relaxed to the types of its values
-MAX_SCHEMA_NODES = 20_000  # subschemas in one schema, $ref targets counted once
-# the converter's rules for optional properties grow with their square (and recurse)
-MAX_OPTIONAL_PROPERTIES = 300
-
-
-class SchemaError(ValueError):
-    """A schema that cannot become a grammar; the message names the keyword."""
-
-
-class Unsatisfiable(SchemaError):
-    """A (sub)schema no value can match: an optional property under it is left out."""
+__all__ = ["ENUM_LIMIT", "MAX_SCHEMA_NODES", "REPEAT_LIMIT", "SchemaError", "SchemaSet",
+           "Unsatisfiable", "relax_pattern"]
 
 
 def _unescape(part: str) -> str:
@@ -119,7 +109,7 @@ class SchemaSet:
         return {**schema, "$defs": self.defs}
 
 
-class _Localizer:
+class _Localizer(KeywordRules):
     def __init__(self, root: Any, scope: str, owner: SchemaSet, where: str,
                  strict: bool = False) -> None:
         self.root, self.scope, self.where, self.strict = root, scope, where, strict
@@ -340,127 +330,6 @@ class _Localizer:
         rest = {k: v for k, v in node.items() if k not in beside and k != union}
         return {**rest, union: kept}
 
-    def _special(self, node: dict[str, Any], where: str) -> dict[str, Any]:
-        """The validation keywords of ``SPECIAL`` rewritten into what the converter reads,
-        where the shape allows it exactly; those left stay for ``walk`` to report."""
-        node = dict(node)
-        raw_props = node.get("properties")
-        props: dict[str, Any] = raw_props if isinstance(raw_props, dict) else {}
-        closed = "properties" in node and node.get("additionalProperties") in (None, False)
-        if node.get("uniqueItems") is False or (node.get("uniqueItems") is True and \
-                isinstance(node.get("maxItems"), int) and node["maxItems"] <= 1):
-            node.pop("uniqueItems")
-        required: list[Any] = node["required"] if isinstance(node.get("required"), list) \
-            else []
-        missing = [n for n in required if isinstance(n, str) and n not in props]
-        if props and missing:  # the converter writes only declared properties
-            extra = node.get("additionalProperties")
-            if extra is False:
-                raise Unsatisfiable(f"{where}.required: {missing[0]!r} is required but not "
-                                  "allowed (additionalProperties is false)")
-            props = {**props, **{n: extra if isinstance(extra, dict) else True
-                                 for n in missing}}
-            node["properties"] = props
-        low, high = node.get("minProperties"), node.get("maxProperties")
-        optional = [n for n in props if n not in required]
-        if isinstance(low, int) and not isinstance(low, bool) and (
-                len(set(required)) >= low or (closed and len(props) >= low)):
-            # a closed object: its first optional properties made required (a subset)
-            required = [*required, *optional[:max(low - len(set(required)), 0)]]
-            node["required"] = required
-            node.pop("minProperties")
-        if isinstance(high, int) and not isinstance(high, bool) and closed and \
-                len(set(required)) <= high:
-            # the optional properties past the count left out (a subset)
-            room = high - len(set(required))
-            keep = set(required) | set([n for n in props if n not in required][:room])
-            node["properties"] = props = {n: v for n, v in props.items() if n in keep}
-            node.pop("maxProperties")
-        deps = node.get("dependentRequired", node.get("dependencies"))
-        if isinstance(deps, dict) and props and all(
-                isinstance(v, list) and set(v) <= set(props) for v in deps.values()):
-            # every dependent made required: a subset of what the schema allows
-            node["required"] = list(dict.fromkeys(
-                [*required, *(n for v in deps.values() for n in v)]))
-            node.pop("dependentRequired", None)
-            node.pop("dependencies", None)
-        if closed and props:
-            node = self._names(node, props, where)
-        elif isinstance(node.get("patternProperties"), dict) and \
-                node.get("additionalProperties") is not False:
-            node = self._open_patterns(node, props)
-        negated = node.get("not")
-        if isinstance(negated, dict) and set(negated) == {"type"}:
-            out_types = negated["type"] if isinstance(negated["type"], list) \
-                else [negated["type"]]
-            have = node.get("type", list(ANY_TYPES))
-            have = have if isinstance(have, list) else [have]
-            kept = [t for t in have if t not in out_types and
-                    not (t == "integer" and "number" in out_types)]
-            # a number that is not an integer cannot be written as types
-            if not ("number" in kept and "integer" in out_types):
-                if not kept:
-                    raise Unsatisfiable(f"{where}.not: no type is left")
-                node["type"] = kept
-                node.pop("not")
-        return node
-
-    @staticmethod
-    def _open_patterns(node: dict[str, Any], props: dict[str, Any]) -> dict[str, Any]:
-        """``patternProperties`` of an object open to other keys: a declared property a
-        pattern matches also under that pattern's schema, and every other key's value
-        under every pattern's schema (and ``additionalProperties``'), whatever its name:
-        a subset of what the schema allows."""
-        patterns = node["patternProperties"]
-        try:
-            matchers = [(re.compile(p), v) for p, v in patterns.items()]
-        except (re.error, TypeError):
-            return node
-        if not matchers:
-            return {k: v for k, v in node.items() if k != "patternProperties"}
-        node = {k: v for k, v in node.items() if k != "patternProperties"}
-        if props:
-            node["properties"] = {n: {"allOf": [s, *(v for m, v in matchers if m.search(n))]}
-                                  if any(m.search(n) for m, _ in matchers) else s
-                                  for n, s in props.items()}
-        extra = node.get("additionalProperties")
-        values = [v for _, v in matchers] + ([extra] if isinstance(extra, dict) else [])
-        node["additionalProperties"] = values[0] if len(values) == 1 else {"allOf": values}
-        return node
-
-    def _names(self, node: dict[str, Any], props: dict[str, Any], where: str
-               ) -> dict[str, Any]:
-        """``patternProperties`` and ``propertyNames`` of a closed object: only its
-        declared properties can appear, so each is checked here (a name that a pattern
-        matches must also match that pattern's schema; a name ``propertyNames`` refuses
-        is left out)."""
-        patterns = node.get("patternProperties")
-        if isinstance(patterns, dict):
-            props = dict(props)
-            for pattern, schema in patterns.items():
-                try:
-                    matcher = re.compile(pattern)
-                except (re.error, TypeError):
-                    return node
-                for name in props:
-                    if matcher.search(name):
-                        props[name] = {"allOf": [props[name], schema]}
-            node = {**node, "properties": props}
-            node.pop("patternProperties")
-        names = node.get("propertyNames")
-        if isinstance(names, (dict, bool)):
-            try:
-                check = jsonschema.Draft202012Validator(names)
-                bad = {n for n in props if not check.is_valid(n)}
-            except jsonschema.SchemaError:
-                return node
-            if bad & set(node.get("required") or []):
-                raise SchemaError(f"{where}.propertyNames: refuses a required property")
-            node = {**node, "properties": {n: s for n, s in node["properties"].items()
-                                           if n not in bad}}
-            node.pop("propertyNames")
-        return node
-
     def _pattern(self, out: dict[str, Any], pattern: str, where: str) -> None:
         try:
             anchored = json_string_pattern(pattern)
@@ -515,53 +384,6 @@ class _Localizer:
             self.loose(f"{where}.pattern", "a length beside a pattern")
             out = {k: v for k, v in out.items() if k not in ("minLength", "maxLength")}
         return out
-
-    def _numbers(self, out: dict[str, Any], where: str) -> dict[str, Any]:
-        """Numeric bounds checked to be writable (``engine.constraints.grammar``'s converter writes
-        them from ``schema_numbers``); ``multipleOf`` of a power of ten as decimal
-        places, of a whole number within small bounds as the listed multiples."""
-        if not any(k in out for k in NUMERIC) or "enum" in out or "const" in out:
-            return {k: v for k, v in out.items() if k not in NUMERIC} \
-                if "enum" in out or "const" in out else out
-        step = out.get("multipleOf")
-        if step is not None:
-            out = self._multiple(out, step, where)
-            if "enum" in out:
-                return out
-        kind_or_kinds = out.get("type")
-        kinds = kind_or_kinds if isinstance(kind_or_kinds, list) else [kind_or_kinds]
-        try:
-            for kind in kinds:
-                number_bounds({**out, "type": kind})
-        except ValueError as exc:
-            self.loose(f"{where}.minimum", f"numeric bounds: {exc}")
-            return {k: v for k, v in out.items() if k not in NUMERIC and k != "$places"}
-        return out
-
-    def _multiple(self, out: dict[str, Any], step: Any, where: str) -> dict[str, Any]:
-        """``multipleOf``: a power of ten as decimal places (1: an integer), a whole
-        number within bounds of at most ``ENUM_LIMIT`` multiples as those multiples."""
-        if not isinstance(step, (int, float)) or isinstance(step, bool) or step <= 0:
-            raise SchemaError(f"{where}.multipleOf must be a number > 0")
-        rest = {k: v for k, v in out.items() if k != "multipleOf"}
-        d = decimal(step).normalize()
-        _, digits, exponent = d.as_tuple()
-        integer = out.get("type") == "integer"
-        if digits == (1,) and isinstance(exponent, int) and exponent <= 0:
-            if exponent == 0 and out.get("type") == "number":
-                return {**rest, "type": "integer"}
-            return rest if integer or exponent == 0 else {**rest, "$places": -exponent}
-        if d == d.to_integral_value() and out.get("type") in ("integer", "number"):
-            lo, hi = int_bounds(out)
-            k = int(d)
-            if lo is not None and hi is not None and (hi - lo) // k <= ENUM_LIMIT:
-                values = list(range(-(-lo // k) * k, hi + 1, k))
-                if not values:
-                    raise Unsatisfiable(f"{where}.multipleOf: no multiple within the bounds")
-                return {**{x: v for x, v in rest.items() if x not in NUMERIC},
-                        "enum": values}
-        self.loose(f"{where}.multipleOf", f"multipleOf {step}")
-        return rest
 
     def _types(self, node: dict[str, Any], out: dict[str, Any], where: str) -> dict[str, Any]:
         if "allOf" in out and len(out["allOf"]) == 1:
@@ -635,41 +457,3 @@ def _json_type(value: Any) -> str:
     if isinstance(value, str):
         return "string"
     return "array" if isinstance(value, list) else "object"
-
-
-_QUANTIFIER = re.compile(r"\{\s*(\d*)\s*(,?)\s*(\d*)\s*\}")
-
-
-def relax_pattern(pattern: str) -> tuple[str, list[str]]:
-    """``pattern`` with every ``{n,m}`` whose bound is above ``REPEAT_LIMIT`` relaxed: a
-    large ``m`` is dropped (``{n,}``), a large ``n`` as well (``+`` or ``*``). Escapes and
-    character classes are skipped as the converter reads them. Returns the pattern and
-    what was relaxed."""
-    out: list[str] = []
-    relaxed: list[str] = []
-    i, n = 0, len(pattern)
-    while i < n:
-        c = pattern[i]
-        if c == "\\":
-            out.append(pattern[i:i + 2])
-            i += 2
-        elif c == "[":  # to the first unescaped ']', as the converter reads a class
-            j = i + 1
-            while j < n and pattern[j] != "]":
-                j += 2 if pattern[j] == "\\" else 1
-            out.append(pattern[i:j + 1])
-            i = j + 1
-        elif c == "{" and (m := _QUANTIFIER.match(pattern, i)):
-            low = int(m[1]) if m[1] else 0
-            high = (int(m[3]) if m[3] else None) if m[2] else low
-            if low > REPEAT_LIMIT or (high is not None and high > REPEAT_LIMIT):
-                relaxed.append(f"{m[0]} relaxed")
-                out.append(("+" if low else "*") if low > REPEAT_LIMIT or low <= 1
-                           else f"{{{low},}}")
-            else:
-                out.append(m[0])
-            i = m.end()
-        else:
-            out.append(c)
-            i += 1
-    return "".join(out), relaxed

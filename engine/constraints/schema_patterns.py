@@ -16,6 +16,10 @@ sides; ``.`` is read as any character a JSON string may hold unescaped.
 
 from __future__ import annotations
 
+import re
+
+# llama.cpp sees a count n as n nested rules: past this it is not enforced (relaxed)
+REPEAT_LIMIT = 1000
 JSON_UNSAFE = '"\\\\\\x00-\\x1F\\x7F'  # class items for ", \ and control characters
 SAFE_CHAR = f"[^{JSON_UNSAFE}]"
 _SHORTHANDS = {"d": "0-9", "w": "a-zA-Z0-9_", "s": " "}  # \s: the one safe whitespace
@@ -280,3 +284,41 @@ def _char(code: int) -> str:
 
 def _class_text(ranges: list[tuple[int, int]]) -> str:
     return "".join(_char(a) if a == b else f"{_char(a)}-{_char(b)}" for a, b in ranges)
+
+
+_QUANTIFIER = re.compile(r"\{\s*(\d*)\s*(,?)\s*(\d*)\s*\}")
+
+
+def relax_pattern(pattern: str) -> tuple[str, list[str]]:
+    """``pattern`` with every ``{n,m}`` whose bound is above ``REPEAT_LIMIT`` relaxed: a
+    large ``m`` is dropped (``{n,}``), a large ``n`` as well (``+`` or ``*``). Escapes and
+    character classes are skipped as the converter reads them. Returns the pattern and
+    what was relaxed."""
+    out: list[str] = []
+    relaxed: list[str] = []
+    i, n = 0, len(pattern)
+    while i < n:
+        c = pattern[i]
+        if c == "\\":
+            out.append(pattern[i:i + 2])
+            i += 2
+        elif c == "[":  # to the first unescaped ']', as the converter reads a class
+            j = i + 1
+            while j < n and pattern[j] != "]":
+                j += 2 if pattern[j] == "\\" else 1
+            out.append(pattern[i:j + 1])
+            i = j + 1
+        elif c == "{" and (m := _QUANTIFIER.match(pattern, i)):
+            low = int(m[1]) if m[1] else 0
+            high = (int(m[3]) if m[3] else None) if m[2] else low
+            if low > REPEAT_LIMIT or (high is not None and high > REPEAT_LIMIT):
+                relaxed.append(f"{m[0]} relaxed")
+                out.append(("+" if low else "*") if low > REPEAT_LIMIT or low <= 1
+                           else f"{{{low},}}")
+            else:
+                out.append(m[0])
+            i = m.end()
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out), relaxed

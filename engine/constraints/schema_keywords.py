@@ -1,0 +1,196 @@
+"""The validation keywords a grammar can hold only in some shapes (``not``,
+``patternProperties``, ``propertyNames``, ``dependentRequired``, ``minProperties`` ...) and
+numeric ones (bounds, ``multipleOf``), rewritten into what the converter writes exactly, or
+left for the caller to relax or refuse. Pure Python; mixed into ``json_schema``'s walker,
+which supplies ``walk``, ``loose`` and ``strict``."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import jsonschema
+
+from engine.constraints.schema_numbers import decimal, int_bounds, number_bounds
+from engine.constraints.schema_terms import (
+    ANY_TYPES,
+    ENUM_LIMIT,
+    NUMERIC,
+    SchemaError,
+    Unsatisfiable,
+)
+
+
+class KeywordRules:
+    """What the shape of a (sub)schema lets a grammar enforce exactly."""
+
+    def loose(self, where: str, what: str) -> None:
+        raise NotImplementedError  # the walker's: relaxed, or refused under strict
+
+    def _special(self, node: dict[str, Any], where: str) -> dict[str, Any]:
+        """The validation keywords of ``SPECIAL`` rewritten into what the converter reads,
+        where the shape allows it exactly; those left stay for ``walk`` to report."""
+        node = dict(node)
+        raw_props = node.get("properties")
+        props: dict[str, Any] = raw_props if isinstance(raw_props, dict) else {}
+        closed = "properties" in node and node.get("additionalProperties") in (None, False)
+        if node.get("uniqueItems") is False or (node.get("uniqueItems") is True and \
+                isinstance(node.get("maxItems"), int) and node["maxItems"] <= 1):
+            node.pop("uniqueItems")
+        required: list[Any] = node["required"] if isinstance(node.get("required"), list) \
+            else []
+        missing = [n for n in required if isinstance(n, str) and n not in props]
+        if props and missing:  # the converter writes only declared properties
+            extra = node.get("additionalProperties")
+            if extra is False:
+                raise Unsatisfiable(f"{where}.required: {missing[0]!r} is required but not "
+                                  "allowed (additionalProperties is false)")
+            props = {**props, **{n: extra if isinstance(extra, dict) else True
+                                 for n in missing}}
+            node["properties"] = props
+        low, high = node.get("minProperties"), node.get("maxProperties")
+        optional = [n for n in props if n not in required]
+        if isinstance(low, int) and not isinstance(low, bool) and (
+                len(set(required)) >= low or (closed and len(props) >= low)):
+            # a closed object: its first optional properties made required (a subset)
+            required = [*required, *optional[:max(low - len(set(required)), 0)]]
+            node["required"] = required
+            node.pop("minProperties")
+        if isinstance(high, int) and not isinstance(high, bool) and closed and \
+                len(set(required)) <= high:
+            # the optional properties past the count left out (a subset)
+            room = high - len(set(required))
+            keep = set(required) | set([n for n in props if n not in required][:room])
+            node["properties"] = props = {n: v for n, v in props.items() if n in keep}
+            node.pop("maxProperties")
+        deps = node.get("dependentRequired", node.get("dependencies"))
+        if isinstance(deps, dict) and props and all(
+                isinstance(v, list) and set(v) <= set(props) for v in deps.values()):
+            # every dependent made required: a subset of what the schema allows
+            node["required"] = list(dict.fromkeys(
+                [*required, *(n for v in deps.values() for n in v)]))
+            node.pop("dependentRequired", None)
+            node.pop("dependencies", None)
+        if closed and props:
+            node = self._names(node, props, where)
+        elif isinstance(node.get("patternProperties"), dict) and \
+                node.get("additionalProperties") is not False:
+            node = self._open_patterns(node, props)
+        negated = node.get("not")
+        if isinstance(negated, dict) and set(negated) == {"type"}:
+            out_types = negated["type"] if isinstance(negated["type"], list) \
+                else [negated["type"]]
+            have = node.get("type", list(ANY_TYPES))
+            have = have if isinstance(have, list) else [have]
+            kept = [t for t in have if t not in out_types and
+                    not (t == "integer" and "number" in out_types)]
+            # a number that is not an integer cannot be written as types
+            if not ("number" in kept and "integer" in out_types):
+                if not kept:
+                    raise Unsatisfiable(f"{where}.not: no type is left")
+                node["type"] = kept
+                node.pop("not")
+        return node
+
+    @staticmethod
+    def _open_patterns(node: dict[str, Any], props: dict[str, Any]) -> dict[str, Any]:
+        """``patternProperties`` of an object open to other keys: a declared property a
+        pattern matches also under that pattern's schema, and every other key's value
+        under every pattern's schema (and ``additionalProperties``'), whatever its name:
+        a subset of what the schema allows."""
+        patterns = node["patternProperties"]
+        try:
+            matchers = [(re.compile(p), v) for p, v in patterns.items()]
+        except (re.error, TypeError):
+            return node
+        if not matchers:
+            return {k: v for k, v in node.items() if k != "patternProperties"}
+        node = {k: v for k, v in node.items() if k != "patternProperties"}
+        if props:
+            node["properties"] = {n: {"allOf": [s, *(v for m, v in matchers if m.search(n))]}
+                                  if any(m.search(n) for m, _ in matchers) else s
+                                  for n, s in props.items()}
+        extra = node.get("additionalProperties")
+        values = [v for _, v in matchers] + ([extra] if isinstance(extra, dict) else [])
+        node["additionalProperties"] = values[0] if len(values) == 1 else {"allOf": values}
+        return node
+
+    def _names(self, node: dict[str, Any], props: dict[str, Any], where: str
+               ) -> dict[str, Any]:
+        """``patternProperties`` and ``propertyNames`` of a closed object: only its
+        declared properties can appear, so each is checked here (a name that a pattern
+        matches must also match that pattern's schema; a name ``propertyNames`` refuses
+        is left out)."""
+        patterns = node.get("patternProperties")
+        if isinstance(patterns, dict):
+            props = dict(props)
+            for pattern, schema in patterns.items():
+                try:
+                    matcher = re.compile(pattern)
+                except (re.error, TypeError):
+                    return node
+                for name in props:
+                    if matcher.search(name):
+                        props[name] = {"allOf": [props[name], schema]}
+            node = {**node, "properties": props}
+            node.pop("patternProperties")
+        names = node.get("propertyNames")
+        if isinstance(names, (dict, bool)):
+            try:
+                check = jsonschema.Draft202012Validator(names)
+                bad = {n for n in props if not check.is_valid(n)}
+            except jsonschema.SchemaError:
+                return node
+            if bad & set(node.get("required") or []):
+                raise SchemaError(f"{where}.propertyNames: refuses a required property")
+            node = {**node, "properties": {n: s for n, s in node["properties"].items()
+                                           if n not in bad}}
+            node.pop("propertyNames")
+        return node
+
+    def _numbers(self, out: dict[str, Any], where: str) -> dict[str, Any]:
+        """Numeric bounds checked to be writable (``engine.constraints.grammar``'s converter writes
+        them from ``schema_numbers``); ``multipleOf`` of a power of ten as decimal
+        places, of a whole number within small bounds as the listed multiples."""
+        if not any(k in out for k in NUMERIC) or "enum" in out or "const" in out:
+            return {k: v for k, v in out.items() if k not in NUMERIC} \
+                if "enum" in out or "const" in out else out
+        step = out.get("multipleOf")
+        if step is not None:
+            out = self._multiple(out, step, where)
+            if "enum" in out:
+                return out
+        kind_or_kinds = out.get("type")
+        kinds = kind_or_kinds if isinstance(kind_or_kinds, list) else [kind_or_kinds]
+        try:
+            for kind in kinds:
+                number_bounds({**out, "type": kind})
+        except ValueError as exc:
+            self.loose(f"{where}.minimum", f"numeric bounds: {exc}")
+            return {k: v for k, v in out.items() if k not in NUMERIC and k != "$places"}
+        return out
+
+    def _multiple(self, out: dict[str, Any], step: Any, where: str) -> dict[str, Any]:
+        """``multipleOf``: a power of ten as decimal places (1: an integer), a whole
+        number within bounds of at most ``ENUM_LIMIT`` multiples as those multiples."""
+        if not isinstance(step, (int, float)) or isinstance(step, bool) or step <= 0:
+            raise SchemaError(f"{where}.multipleOf must be a number > 0")
+        rest = {k: v for k, v in out.items() if k != "multipleOf"}
+        d = decimal(step).normalize()
+        _, digits, exponent = d.as_tuple()
+        integer = out.get("type") == "integer"
+        if digits == (1,) and isinstance(exponent, int) and exponent <= 0:
+            if exponent == 0 and out.get("type") == "number":
+                return {**rest, "type": "integer"}
+            return rest if integer or exponent == 0 else {**rest, "$places": -exponent}
+        if d == d.to_integral_value() and out.get("type") in ("integer", "number"):
+            lo, hi = int_bounds(out)
+            k = int(d)
+            if lo is not None and hi is not None and (hi - lo) // k <= ENUM_LIMIT:
+                values = list(range(-(-lo // k) * k, hi + 1, k))
+                if not values:
+                    raise Unsatisfiable(f"{where}.multipleOf: no multiple within the bounds")
+                return {**{x: v for x, v in rest.items() if x not in NUMERIC},
+                        "enum": values}
+        self.loose(f"{where}.multipleOf", f"multipleOf {step}")
+        return rest

@@ -1,0 +1,37 @@
+"""The words every JSON Schema module here shares: the keyword groups, the limits that keep
+a grammar within what llama.cpp can hold, and the errors. Pure Python."""
+
+from __future__ import annotations
+
+ANY_TYPES = ["string", "number", "integer", "boolean", "object", "array", "null"]
+TYPES = {*ANY_TYPES}
+ANNOTATIONS = {"title", "description", "default", "examples", "$comment", "deprecated",
+               "readOnly", "writeOnly", "$schema", "$id", "$anchor", "discriminator",
+               "strict", "$defs", "definitions", "nullable", "contentEncoding",
+               "contentMediaType", "contentSchema", "$vocabulary", "$dynamicAnchor"}
+NUMERIC = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf")
+# validation keywords enforced only where the shape allows it (_Localizer._special)
+SPECIAL = ("not", "if", "then", "else", "patternProperties", "dependentRequired",
+           "dependentSchemas", "dependencies", "uniqueItems", "minProperties",
+           "maxProperties", "propertyNames", "contains", "minContains", "maxContains",
+           "unevaluatedProperties", "unevaluatedItems", "$dynamicRef", "$recursiveRef")
+
+SCHEMA_MAPS = ("properties",)  # name -> schema
+COUNTS = ("minItems", "maxItems", "minLength", "maxLength")
+SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
+SCHEMA_VALUES = ("items", "additionalProperties")
+KEYWORDS = {*SCHEMA_MAPS, *COUNTS, *SCHEMA_LISTS, *SCHEMA_VALUES, *NUMERIC, *SPECIAL,
+            "type", "enum", "const", "required", "pattern", "format", "$ref"}
+# llama.cpp sees a count n as n nested rules: past this it is not enforced (relaxed)
+ENUM_LIMIT = 1000  # past this, an enum is relaxed to the types of its values
+MAX_SCHEMA_NODES = 20_000  # subschemas in one schema, $ref targets counted once
+# the converter's rules for optional properties grow with their square (and recurse)
+MAX_OPTIONAL_PROPERTIES = 300
+
+
+class SchemaError(ValueError):
+    """A schema that cannot become a grammar; the message names the keyword."""
+
+
+class Unsatisfiable(SchemaError):
+    """A (sub)schema no value can match: an optional property under it is left out."""
