@@ -7,7 +7,8 @@ Code sends), huge ``enum`` / ``const`` values, deep and recursive ``$ref`` chain
 traps, very long property names, thousands of properties and of tools. ``schema_cases``
 puts one of them where a request carries a schema: a chat tool's ``parameters`` or
 ``response_format``, a Responses tool or ``text.format`` (over HTTP and as a WebSocket
-frame), an Anthropic tool's ``input_schema`` or ``output_config.format``.
+frame), an Anthropic tool's ``input_schema`` or ``output_config.format``; and a Responses
+custom tool's Lark or regex grammar at its worst (``custom_grammars``).
 
 Sizes stay under the fuzz server's 64 KiB body limit, so the schema itself is what is
 tested, not the body limit.
@@ -155,7 +156,47 @@ def schemas() -> st.SearchStrategy[Any]:
     return st.one_of(counted(), patterned(), large(), referencing(), nested())
 
 
-ROUTES = ["chat-tool", "chat-format", "responses-tool", "responses-format", "messages-tool",
+# custom tools' grammars (engine/constraints/lark_rules.py) at their worst
+LARK_SHAPES = [
+    'start: "a"~{n}', 'start: ("a"~{n})~{n}', 'start: /a{{{n}}}/', 'start: /(a{{1,{n}}}){{1,{n}}}/',
+    'start: x~0..{n}\nx: /[a-z]+/ | "(" start ")"', 'start: A~{n}\nA: "a".."z"',
+]
+LARK_HOSTILE = [
+    "start: start", "start: a\na: start", "start: a\na: b\nb: a \"x\"", "start:",
+    "start: \"", "start: /", "start: /(/", "%import common.NOPE\nstart: \"a\"",
+    "start: \"a\"\n%ignore start", "%ignore \" \"\nstart: \"a\" \"b\"",
+    "start: " + "(" * 3000 + '"a"' + ")" * 3000,
+    "start: " + " | ".join(f'"{i}"' for i in range(5000)),
+    "\n".join(["start: r0"] + [f"r{i}: r{i + 1} r{i + 1}" for i in range(60)] + ['r60: "a"']),
+    "start: \"a\"~1000000", "start: \"\\ud800\"", "start: /[\\ud800-\\udfff]/",
+    "start: /\\x00+/", "start: /[^\\x00-\\U0010FFFF]/", "start: \"\"", "start: \"a\"*~5",
+    "START: \"a\"", "start: %json {}", "start: <[1]>", "start: \"x\" -> ",
+]
+
+
+@st.composite
+def custom_grammars(draw: st.DrawFn) -> dict[str, Any]:
+    """A custom tool's ``format``: Lark or regex at its worst, or not a grammar at all."""
+    kind = draw(st.sampled_from(["shape", "hostile", "regex", "text", "not a string"]))
+    if kind == "shape":
+        text = draw(st.sampled_from(LARK_SHAPES)).format(n=draw(st.sampled_from(REPEATS)))
+        return {"type": "grammar", "syntax": "lark", "definition": text}
+    if kind == "hostile":
+        return {"type": "grammar", "syntax": "lark",
+                "definition": draw(st.sampled_from(LARK_HOSTILE))}
+    if kind == "regex":
+        pattern = draw(st.sampled_from(TRAPS + PATTERN_SHAPES))
+        return {"type": "grammar", "syntax": "regex", "definition": pattern.format(
+            n=draw(st.sampled_from(REPEATS))) if "{n}" in pattern else pattern}
+    if kind == "text":
+        return {"type": "grammar", "syntax": draw(st.sampled_from(["lark", "regex", "ebnf"])),
+                "definition": draw(st.text(max_size=200))}
+    return {"type": "grammar", "syntax": "lark",
+            "definition": draw(st.sampled_from([None, 5, [], {"a": 1}]))}
+
+
+ROUTES = ["chat-tool", "chat-format", "responses-tool", "responses-format", "responses-custom",
+          "messages-tool",
           "messages-format", "many-tools"]
 
 
@@ -193,6 +234,11 @@ def schema_cases(draw: st.DrawFn) -> tuple[str, dict[str, Any]]:
             "input": "Hi", "max_output_tokens": 3,
             "tools": [{"type": "function", "name": "f", "parameters": params}],
             "tool_choice": "required" if forced else "auto"}
+    if route == "responses-custom":
+        return "/v1/responses", {
+            "input": "Hi", "max_output_tokens": 3,
+            "tools": [{"type": "custom", "name": "c", "format": draw(custom_grammars())}],
+            "tool_choice": {"type": "custom", "name": "c"} if forced else "auto"}
     if route == "responses-format":
         return "/v1/responses", {
             "input": "Hi", "max_output_tokens": 3,

@@ -339,6 +339,35 @@ def test_hostile_schemas_never_get_a_5xx_nor_stop_the_server(
     assert_healthy_and_media_works(fuzz_server, http)
 
 
+CUSTOM_EXAMPLES = 60
+
+
+def test_hostile_custom_grammars_never_get_a_5xx_nor_stop_the_server(
+        fuzz_server: ServerProcess, http: httpx.Client) -> None:
+    """A Responses custom tool's Lark or regex grammar at its worst (tests/fuzz_schemas.py):
+    a 200 or a 400 naming the tool's format, within a bounded time; the server stays up."""
+    statuses: dict[int, int] = {}
+    slowest = 0.0
+
+    @settings(max_examples=CUSTOM_EXAMPLES, deadline=None, database=None, derandomize=True,
+              suppress_health_check=list(HealthCheck))
+    @given(schema_cases().filter(lambda case: "custom" in json.dumps(case[1].get("tools"))))
+    def check(case: tuple[str, Any]) -> None:
+        nonlocal slowest
+        started = time.monotonic()
+        r = post(http, case)
+        slowest = max(slowest, time.monotonic() - started)
+        statuses[r.status_code] = statuses.get(r.status_code, 0) + 1
+        assert r.status_code < 500, (json.dumps(case[1])[:300], r.text[:300])
+        check_error_shape(r)
+        assert fuzz_server.proc.poll() is None, json.dumps(case[1])[:300]
+
+    check()
+    assert statuses.get(200, 0) >= 5 and statuses.get(400, 0) >= 5, statuses
+    assert slowest < 30, slowest
+    assert_healthy_and_media_works(fuzz_server, http)
+
+
 def test_hostile_schemas_in_websocket_frames_get_an_answer(fuzz_server: ServerProcess) -> None:
     """The Responses bodies of the schema fuzz as ``response.create`` frames on one
     WebSocket: each is answered (a response or an error event under 500) on a socket that
