@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -177,3 +178,50 @@ def test_xml_call_format_is_enforced_and_parsed(tmp_path: Path) -> None:
             assert isinstance(args["days"], int)
     finally:
         server.stop()
+
+
+# -- custom (freeform) tools, as Chat Completions takes them ------------------------------
+SUM_TOOL: list[Any] = [{"type": "custom", "custom": {
+    "name": "calc", "description": "Evaluate a sum of whole numbers.",
+    "format": {"type": "grammar", "grammar": {
+        "syntax": "lark", "definition": 'start: INT (" + " INT)+\n%import common.INT'}}}}]
+SUM_ASK: list[Any] = [{"role": "user", "content": "Use calc to add 12 and 30."}]
+
+
+def test_a_custom_tool_call_comes_back_with_its_input(client: OpenAI) -> None:
+    """A custom tool with a Lark grammar, forced: the SDK reads a ``custom`` call whose
+    input follows the grammar; streamed, the same call arrives as its name, then its input
+    whole (the chunk shape OpenAI's own custom calls use)."""
+    choice = {"type": "custom", "custom": {"name": "calc"}}
+    r = client.chat.completions.create(model="x", messages=SUM_ASK, tools=SUM_TOOL,
+                                       tool_choice=choice, temperature=0, max_tokens=40)
+    (call,) = r.choices[0].message.tool_calls or []
+    assert call.type == "custom" and call.custom.name == "calc", call
+    assert re.fullmatch(r"[0-9]+( \+ [0-9]+)+", call.custom.input), call.custom.input
+    chunks = list(client.chat.completions.create(model="x", messages=SUM_ASK, tools=SUM_TOOL,
+                                                 tool_choice=choice, temperature=0,
+                                                 max_tokens=40, stream=True))
+    parts = [tc.model_dump() for c in chunks for tc in (c.choices[0].delta.tool_calls or [])]
+    assert parts[0]["type"] == "custom" and parts[0]["custom"]["name"] == "calc", parts
+    streamed = "".join(p.get("custom", {}).get("input", "") for p in parts)
+    assert streamed == call.custom.input and chunks[-1].choices[0].finish_reason == "tool_calls"
+    # the call and its output sent back: the template sees the input as its argument
+    messages: list[Any] = [*SUM_ASK, r.choices[0].message.model_dump(exclude_none=True),
+                           {"role": "tool", "tool_call_id": call.id, "content": "42"}]
+    again = client.chat.completions.create(model="x", messages=messages, tools=SUM_TOOL,
+                                           tool_choice="none", temperature=0, max_tokens=20)
+    assert again.choices[0].finish_reason in ("stop", "length")
+
+
+@pytest.mark.parametrize("tool, param", [
+    ({"type": "custom"}, "tools[0]"),
+    ({"type": "custom", "custom": {"name": "c", "format": {"type": "grammar", "grammar": {
+        "syntax": "lark", "definition": "start: nothing"}}}}, "tools[0].custom.format"),
+    ({"type": "custom", "custom": {"name": "c", "format": {"type": "grammar", "grammar": {
+        "syntax": "regex", "definition": "(a"}}}}, "tools[0].custom.format"),
+])
+def test_a_custom_tool_it_cannot_enforce_is_a_400(client: OpenAI, tool: Any,
+                                                   param: str) -> None:
+    with pytest.raises(openai.BadRequestError) as err:
+        client.chat.completions.create(model="x", messages=SUM_ASK, tools=[tool])
+    assert err.value.param == param

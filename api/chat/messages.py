@@ -89,6 +89,17 @@ def _tool_calls(calls: Any, where: str) -> list[dict[str, Any]]:
         raise invalid(f"{where}.tool_calls", "'tool_calls' must be a list")
     out = []
     for i, call in enumerate(calls):
+        custom = call.get("custom") if isinstance(call, dict) else None
+        if isinstance(call, dict) and call.get("type") == "custom" and isinstance(custom, dict):
+            # a custom tool's call: its input as the one argument the tool was offered with
+            name, text = custom.get("name"), custom.get("input", "")
+            if not isinstance(name, str) or not isinstance(text, str):
+                raise invalid(f"{where}.tool_calls[{i}].custom",
+                              "a custom tool call needs a 'name' and a string 'input'")
+            call = {k: v for k, v in call.items() if k != "custom"}
+            out.append({**call, "type": "function",
+                        "function": {"name": name, "arguments": {"input": text}}})
+            continue
         fn = call.get("function") if isinstance(call, dict) else None
         if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
             raise invalid(f"{where}.tool_calls[{i}]",

@@ -24,6 +24,7 @@ from engine.constraints.grammar import (
 )
 from engine.constraints.grammar_gemma4 import gemma4_answer_grammar, gemma4_call_grammar
 from engine.constraints.grammar_shapes import shaped_call_grammar
+from engine.constraints.lark_rules import CUSTOM_GRAMMAR, GrammarSyntaxError, parse_custom
 from parsers.response_schema import StreamLayout
 
 
@@ -38,6 +39,7 @@ class OutputRules:
     reasoning_budget: int | None = None  # thinking tokens allowed (None: the config's)
     strict: bool = False  # json_schema's "strict": the schema enforced exactly or refused
     grammar: str | None = None  # llama-server's "grammar": the request's own GBNF
+    custom: frozenset[str] = frozenset()  # chat's custom tools (offered as functions)
 
     @property
     def constrained(self) -> bool:
@@ -45,12 +47,64 @@ class OutputRules:
         return self.json_mode or (bool(self.tools) and self.choice in ("required", "function"))
 
 
-def _check_tools(raw: Any) -> list[dict[str, Any]]:
+MAX_GRAMMAR_HINT = 4000  # chars of a custom tool's grammar shown to the model
+
+
+def custom_parameters(fmt: Any, description: Any, where: str
+                      ) -> tuple[dict[str, Any], str | None]:
+    """A custom (freeform) tool as a function's parameters, one string ``input``, and its
+    description: a ``grammar`` format (``{"syntax", "definition"}``) enforced on the input
+    (``engine.constraints.lark_rules``; one it cannot enforce is a 400 naming ``where``)
+    and shown to the model in the description."""
+    fmt = fmt if isinstance(fmt, dict) else {}
+    text: dict[str, Any] = {"type": "string", "description": "The tool's input, as free text"}
+    hint = ""
+    if fmt.get("type") == "grammar":
+        try:
+            parse_custom(fmt.get("syntax"), fmt.get("definition"))
+        except GrammarSyntaxError as exc:
+            raise invalid(where, f"the custom tool's grammar: {exc}") from None
+        text[CUSTOM_GRAMMAR] = {"syntax": fmt["syntax"], "definition": fmt["definition"]}
+        hint = (f"\nThe input must follow this {fmt['syntax']} grammar:\n"
+                + fmt["definition"][:MAX_GRAMMAR_HINT])
+    full = f"{description if isinstance(description, str) else ''}{hint}".strip() or None
+    return {"type": "object", "properties": {"input": text}, "required": ["input"]}, full
+
+
+def _custom_tool(tool: dict[str, Any], where: str) -> dict[str, Any]:
+    """Chat's ``{"type": "custom", "custom": {"name", "description", "format"}}`` as the
+    function the template and the parser see (its format's ``grammar`` object holds the
+    syntax and definition the Responses API puts in the format itself)."""
+    spec = tool.get("custom")
+    if not isinstance(spec, dict) or not isinstance(spec.get("name"), str) or not spec["name"]:
+        raise invalid(where, "a custom tool is {\"type\": \"custom\", \"custom\": "
+                      "{\"name\": ...}}")
+    fmt = spec.get("format")
+    if isinstance(fmt, dict) and fmt.get("type") == "grammar":
+        grammar = fmt.get("grammar")
+        inner: dict[str, Any] = grammar if isinstance(grammar, dict) else {}
+        fmt = {"type": "grammar", "syntax": inner.get("syntax"),
+               "definition": inner.get("definition")}
+    params, description = custom_parameters(fmt, spec.get("description"),
+                                            f"{where}.custom.format")
+    fn: dict[str, Any] = {"name": spec["name"], "parameters": params}
+    if description is not None:
+        fn["description"] = description
+    return {"type": "function", "function": fn}
+
+
+def _check_tools(raw: Any) -> tuple[list[dict[str, Any]], frozenset[str]]:
+    """The tools as functions, and the names of those that were chat custom tools."""
     if raw is None:
-        return []
+        return [], frozenset()
     if not isinstance(raw, list):
         raise invalid("tools", "'tools' must be a list")
+    tools, custom = [], set()
     for i, tool in enumerate(raw):
+        if isinstance(tool, dict) and tool.get("type") == "custom":
+            tools.append(_custom_tool(tool, f"tools[{i}]"))
+            custom.add(tools[-1]["function"]["name"])
+            continue
         fn = tool.get("function") if isinstance(tool, dict) else None
         if not isinstance(tool, dict) or tool.get("type", "function") != "function" or \
                 not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not fn["name"]:
@@ -59,17 +113,21 @@ def _check_tools(raw: Any) -> list[dict[str, Any]]:
         params = fn.get("parameters")
         if params is not None and not isinstance(params, dict):
             raise invalid(f"tools[{i}].function.parameters", "'parameters' must be an object")
-    return list(raw)
+        tools.append(tool)
+    return tools, frozenset(custom)
 
 
 def parse_rules(body: Body) -> OutputRules:
-    tools = _check_tools(body.data.get("tools"))
+    tools, custom = _check_tools(body.data.get("tools"))
     choice_raw = body.data.get("tool_choice", "auto" if tools else "none")
     function = None
     if choice_raw in ("auto", "none", "required"):
         choice = str(choice_raw)
     elif isinstance(choice_raw, dict) and isinstance(choice_raw.get("function"), dict):
         choice, function = "function", choice_raw["function"].get("name")
+    elif isinstance(choice_raw, dict) and choice_raw.get("type") == "custom" and \
+            isinstance(choice_raw.get("custom"), dict):
+        choice, function = "function", choice_raw["custom"].get("name")
         if function not in {t["function"]["name"] for t in tools}:
             raise invalid("tool_choice", f"tool_choice names function {function!r}, which is "
                           "not in 'tools'")
@@ -96,7 +154,7 @@ def parse_rules(body: Body) -> OutputRules:
     if choice == "none":
         tools = []
     return OutputRules(tools, choice, function, parallel, schema, json_mode,
-                       reasoning_budget(body), strict, request_grammar(body))
+                       reasoning_budget(body), strict, request_grammar(body), custom)
 
 
 def completion_rules(body: Body) -> OutputRules | None:

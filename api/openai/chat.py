@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -43,9 +44,21 @@ def _logprobs_json(model: ModelHandle, entries: list[TokenLogprob]) -> dict[str,
             "refusal": None}
 
 
-def _call_json(call: ToolCall) -> dict[str, Any]:
+def _call_json(call: ToolCall, custom: frozenset[str]) -> dict[str, Any]:
+    if call.name in custom:
+        return {"id": call.id, "type": "custom",
+                "custom": {"name": call.name, "input": custom_input(call.arguments)}}
     return {"id": call.id, "type": "function",
             "function": {"name": call.name, "arguments": call.arguments}}
+
+
+def custom_input(arguments: str) -> str:
+    """A custom tool's input: the one string argument it was offered with."""
+    try:
+        value = json.loads(arguments).get("input")
+    except (ValueError, AttributeError):
+        return arguments
+    return value if isinstance(value, str) else arguments
 
 
 def _finish_reason(reason: str | None, message: MessageDelta) -> str | None:
@@ -59,14 +72,14 @@ def _reasoning(field: str, text: str) -> dict[str, str]:
     return {field: text}
 
 
-def _message(m: MessageDelta, field: str) -> dict[str, Any]:
+def _message(m: MessageDelta, field: str, custom: frozenset[str]) -> dict[str, Any]:
     out: dict[str, Any] = {"role": "assistant",
                            "content": m.content if m.content or not m.tool_calls else None,
                            "refusal": None, "annotations": []}
     if m.reasoning:
         out.update(_reasoning(field, m.reasoning))
     if m.tool_calls:
-        out["tool_calls"] = [_call_json(c) for c in m.tool_calls]
+        out["tool_calls"] = [_call_json(c, custom) for c in m.tool_calls]
     return out
 
 
@@ -111,6 +124,7 @@ async def create_chat_completion(request: Request) -> Response:
         async def chunks() -> AsyncIterator[bytes]:
             results = {r.index: ChoiceResult(r.index) for r in gen.requests}
             parsers = {r.index: parser() for r in gen.requests}
+            customs: dict[tuple[int, int], str] = {}  # custom calls' arguments, by choice
             extra_usage = {"usage": None} if include_usage else {}
 
             def chunk(index: int, delta: dict[str, Any], lp: Any = None,
@@ -152,15 +166,28 @@ async def create_chat_completion(request: Request) -> Response:
                     elif new.content or lp is not None:
                         yield chunk(d.index, {"content": new.content} if new.content else {}, lp)
                     for part in new.calls:
-                        if part.name:
+                        key = (d.index, part.index)
+                        if part.name and part.name in rules.custom:
+                            customs[key] = ""  # its input comes whole, at the end
+                            yield chunk(d.index, {"tool_calls": [{
+                                "index": part.index, "id": part.id, "type": "custom",
+                                "custom": {"name": part.name, "input": ""}}]})
+                        elif part.name:
                             yield chunk(d.index, {"tool_calls": [{
                                 "index": part.index, "id": part.id, "type": "function",
                                 "function": {"name": part.name, "arguments": ""}}]})
-                        if part.arguments:
+                        if part.arguments and key in customs:
+                            customs[key] += part.arguments
+                        elif part.arguments:
                             yield chunk(d.index, {"tool_calls": [{
                                 "index": part.index,
                                 "function": {"arguments": part.arguments}}]})
                     if d.finish_reason is not None:
+                        for (choice, index), arguments in sorted(customs.items()):
+                            if choice == d.index:
+                                yield chunk(d.index, {"tool_calls": [{
+                                    "index": index, "type": "custom",
+                                    "custom": {"input": custom_input(arguments)}}]})
                         flag = {"timed_out": True} if d.timed_out else {}
                         yield chunk(d.index, {}, None,
                                     _finish_reason(d.finish_reason, p.message), **flag)
@@ -182,7 +209,7 @@ async def create_chat_completion(request: Request) -> Response:
         p.finish(res.finish_reason)
         choices.append({
             "index": res.index,
-            "message": _message(p.message, field),
+            "message": _message(p.message, field, rules.custom),
             "logprobs": _logprobs_json(state.model, res.logprobs) if want_logprobs else None,
             "finish_reason": _finish_reason(res.finish_reason, p.message),
         })

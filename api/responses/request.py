@@ -32,9 +32,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from api.chat.messages import content_text, has_media
+from api.chat.tools import custom_parameters
 from api.web.errors import invalid
 from api.web.params import Body
-from engine.constraints.lark_rules import CUSTOM_GRAMMAR, GrammarSyntaxError, parse_custom
 
 HOSTED_TOOLS = {"web_search", "web_search_preview", "web_search_preview_2025_03_11",
                 "file_search", "image_generation", "code_interpreter", "tool_search", "mcp",
@@ -55,7 +55,6 @@ LOCAL_SHELL_PARAMETERS = {
         "workdir": {"type": "string", "description": "Directory to run the command in"},
         "timeout_ms": {"type": "integer", "description": "Time limit in milliseconds"}},
     "required": ["command"]}
-MAX_GRAMMAR_HINT = 4000  # chars of a custom tool's grammar shown to the model
 
 
 @dataclass(frozen=True)
@@ -214,21 +213,8 @@ def _function(tool: dict[str, Any], where: str, namespace: str | None
                           if k in ("name", "description", "parameters", "strict")}
     description = tool.get("description")
     if kind == "custom":  # one free-text argument
-        raw_fmt = tool.get("format")
-        fmt: dict[str, Any] = raw_fmt if isinstance(raw_fmt, dict) else {}
-        text: dict[str, Any] = {"type": "string", "description": "The tool's input, as free text"}
-        hint = ""
-        if fmt.get("type") == "grammar":
-            try:
-                parse_custom(fmt.get("syntax"), fmt.get("definition"))
-            except GrammarSyntaxError as exc:
-                raise invalid(f"{where}.format", f"the custom tool's grammar: {exc}") from None
-            text[CUSTOM_GRAMMAR] = {"syntax": fmt["syntax"], "definition": fmt["definition"]}
-            hint = (f"\nThe input must follow this {fmt['syntax']} grammar:\n"
-                    + fmt["definition"][:MAX_GRAMMAR_HINT])
-        description = f"{description or ''}{hint}".strip() or None
-        fn["parameters"] = {"type": "object", "properties": {"input": text},
-                            "required": ["input"]}
+        fn["parameters"], description = custom_parameters(tool.get("format"), description,
+                                                          f"{where}.format")
         if isinstance(description, str):
             fn["description"] = description
     return {"type": "function", "function": fn}, OfferedTool(str(kind), name, namespace)
