@@ -11,7 +11,7 @@ Allowances, where the live API sends what the description does not allow
 (``LIVE_VALUES``): a property the description marks optional may be ``null``, OpenAPI
 3.0's ``nullable`` left in this 3.1 description allows null, and a few fields the live API
 fills differently (a stream chunk's ``finish_reason`` is null until the last chunk, base64
-embeddings are strings).
+embeddings are strings, a streamed custom tool call's ``type`` is ``custom``).
 """
 
 from __future__ import annotations
@@ -39,6 +39,10 @@ NULL = {"type": "null"}
 LIVE_VALUES: dict[tuple[str, str], dict[str, Any]] = {
     # a stream chunk's finish_reason until the last chunk
     ("CreateChatCompletionStreamResponse", "choices/*/finish_reason"): NULL,
+    # a streamed custom tool call: the live API's shape ({"type": "custom", "custom": {"name",
+    # "input"}}), which the description's chunk lacks (openai/openai-openapi issue #576)
+    ("CreateChatCompletionStreamResponse", "choices/*/delta/tool_calls/*/type"):
+        {"const": "custom"},
     # a completions stream chunk's finish_reason until the last chunk
     ("CreateCompletionResponse", "choices/*/finish_reason"): NULL,
     # echo: the first prompt token has no logprob
