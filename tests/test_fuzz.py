@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from websockets.sync.client import connect
 
 import media_samples as samples
@@ -317,12 +318,23 @@ def test_hostile_schemas_never_get_a_5xx_nor_stop_the_server(
     tools. Before the grammar bounds, one ``maxLength: 524288`` segfaulted the process.
     Each answer is a 200 or a 4xx error object, within a bounded time, and the server
     stays up and healthy."""
+    statuses, slowest = post_all(fuzz_server, http, schema_cases(), SCHEMA_EXAMPLES)
+    assert statuses.get(200, 0) >= 20 and statuses.get(400, 0) >= 10, statuses
+    assert slowest < 30, slowest
+    assert_healthy_and_media_works(fuzz_server, http)
+
+
+def post_all(server: ServerProcess, http: httpx.Client,
+             cases: st.SearchStrategy[tuple[str, Any]], examples: int
+             ) -> tuple[dict[int, int], float]:
+    """Each drawn (path, body) posted: never a 5xx, errors in the API's shape, the server
+    up. Returns the statuses seen and the slowest answer's seconds."""
     statuses: dict[int, int] = {}
     slowest = 0.0
 
-    @settings(max_examples=SCHEMA_EXAMPLES, deadline=None, database=None, derandomize=True,
+    @settings(max_examples=examples, deadline=None, database=None, derandomize=True,
               suppress_health_check=list(HealthCheck))
-    @given(schema_cases())
+    @given(cases)
     def check(case: tuple[str, Any]) -> None:
         nonlocal slowest
         started = time.monotonic()
@@ -331,12 +343,10 @@ def test_hostile_schemas_never_get_a_5xx_nor_stop_the_server(
         statuses[r.status_code] = statuses.get(r.status_code, 0) + 1
         assert r.status_code < 500, (case[0], json.dumps(case[1])[:300], r.text[:300])
         check_error_shape(r)
-        assert fuzz_server.proc.poll() is None, (case[0], json.dumps(case[1])[:300])
+        assert server.proc.poll() is None, (case[0], json.dumps(case[1])[:300])
 
     check()
-    assert statuses.get(200, 0) >= 20 and statuses.get(400, 0) >= 10, statuses
-    assert slowest < 30, slowest
-    assert_healthy_and_media_works(fuzz_server, http)
+    return statuses, slowest
 
 
 CUSTOM_EXAMPLES = 60
@@ -346,23 +356,8 @@ def test_hostile_custom_grammars_never_get_a_5xx_nor_stop_the_server(
         fuzz_server: ServerProcess, http: httpx.Client) -> None:
     """A Responses custom tool's Lark or regex grammar at its worst (tests/fuzz_schemas.py):
     a 200 or a 400 naming the tool's format, within a bounded time; the server stays up."""
-    statuses: dict[int, int] = {}
-    slowest = 0.0
-
-    @settings(max_examples=CUSTOM_EXAMPLES, deadline=None, database=None, derandomize=True,
-              suppress_health_check=list(HealthCheck))
-    @given(schema_cases().filter(lambda case: "custom" in json.dumps(case[1].get("tools"))))
-    def check(case: tuple[str, Any]) -> None:
-        nonlocal slowest
-        started = time.monotonic()
-        r = post(http, case)
-        slowest = max(slowest, time.monotonic() - started)
-        statuses[r.status_code] = statuses.get(r.status_code, 0) + 1
-        assert r.status_code < 500, (json.dumps(case[1])[:300], r.text[:300])
-        check_error_shape(r)
-        assert fuzz_server.proc.poll() is None, json.dumps(case[1])[:300]
-
-    check()
+    customs = schema_cases().filter(lambda case: "custom" in json.dumps(case[1].get("tools")))
+    statuses, slowest = post_all(fuzz_server, http, customs, CUSTOM_EXAMPLES)
     assert statuses.get(200, 0) >= 5 and statuses.get(400, 0) >= 5, statuses
     assert slowest < 30, slowest
     assert_healthy_and_media_works(fuzz_server, http)

@@ -19,34 +19,13 @@ from collections.abc import Iterator
 import lark
 import numpy as np
 import pytest
+from custom_grammars import APPLY_PATCH, lark_oracle
 from grammar_walk import GrammarWalker
 
 from conftest import model_path
 from engine.constraints.grammar import _converter
 from engine.constraints.lark_rules import GrammarSyntaxError, add_rules, parse_custom
 
-# Codex's apply_patch grammar (codex-rs/core/src/tools/handlers/tool_apply_patch.lark)
-APPLY_PATCH = r"""
-start: begin_patch hunk+ end_patch
-begin_patch: "*** Begin Patch" LF
-end_patch: "*** End Patch" LF?
-
-hunk: add_hunk | delete_hunk | update_hunk
-add_hunk: "*** Add File: " filename LF add_line+
-delete_hunk: "*** Delete File: " filename LF
-update_hunk: "*** Update File: " filename LF change_move? change?
-
-filename: /(.+)/
-add_line: "+" /(.*)/ LF -> line
-
-change_move: "*** Move to: " filename LF
-change: (change_context | change_line)+ eof_line?
-change_context: ("@@" | "@@ " /(.+)/) LF
-change_line: ("+" | "-" | " ") /(.*)/ LF
-eof_line: "*** End of File" LF
-
-%import common.LF
-"""
 GRAMMARS = {
     "apply_patch": APPLY_PATCH,
     # %ignore between a rule's terminals; ? and ! prefixes; imports; left recursion
@@ -126,9 +105,8 @@ def texts(walker: GrammarWalker, grammar: str, json_mode: bool, seeds: range,
 @pytest.mark.parametrize("name", list(GRAMMARS))
 def test_walks_of_lark_grammars_parse_with_lark(walkers: dict[str, GrammarWalker],
                                                 name: str, json_mode: bool) -> None:
-    # Earley's dynamic lexer refuses a terminal that can match nothing: the same language
-    oracle = GRAMMARS[name].replace("/(.*)/", "/(.+)/?")
-    parser = lark.Lark(oracle, start="start", parser="earley", lexer="dynamic")
+    parser = lark.Lark(lark_oracle(GRAMMARS[name]), start="start", parser="earley",
+                       lexer="dynamic")
     seeds, least, kind = range(24), 6, "text"
     if name == "apply_patch":  # long lines: few random walks end (CI time)
         seeds, least, kind = (range(8), 1, "escaped lines") if json_mode else \

@@ -19,8 +19,8 @@ parser recurses once per parenthesis, on the caller's stack).
 from __future__ import annotations
 
 import itertools
-import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +33,7 @@ from engine.constraints.lark_rules import (
     add_rules,
     parse_custom,
 )
+from engine.constraints.regex_rules import class_char, gbnf_literal
 from engine.constraints.schema_numbers import number_bounds
 from engine.constraints.schema_patterns import JSON_UNSAFE
 
@@ -123,9 +124,7 @@ def strict_strings(text: str) -> str:
     return text
 
 
-def _gbnf_literal(text: str) -> str:
-    return json.dumps(text)  # GBNF string literals use JSON escapes
-
+_gbnf_literal = gbnf_literal
 
 class _Converter(_G.SchemaConverter):  # type: ignore[misc]
     """llama-cpp-python's converter, and what it does not write: a bounded integer or
@@ -201,11 +200,7 @@ def custom_rule(conv: Any, spec: dict[str, Any], name: str, json_mode: bool) -> 
 
 def _class_char(c: str) -> str:
     """``c`` as an item of a GBNF character class."""
-    code = ord(c)
-    if c.isascii() and c.isalnum():
-        return c
-    return f"\\x{code:02X}" if code < 0x100 else f"\\u{code:04X}" if code < 0x10000 \
-        else f"\\U{code:08X}"
+    return class_char(ord(c))
 
 
 def _converter() -> Any:
@@ -273,23 +268,27 @@ def _blocks(conv: Any, schemas: SchemaSet | None, *, parallel: bool, lazy: bool,
 
 def tool_parameters(tools: list[dict[str, Any]]) -> list[Any]:
     """Each tool's parameter schema, compiled alone once to find the ones the grammar
-    cannot express: a ``strict`` tool's is a GrammarError naming the tool, any other
-    falls back to "any object" (its calls are returned as the model wrote them)."""
-    out = []
-    for tool in tools:
-        fn = tool["function"]
-        params = fn.get("parameters") or {"type": "object"}
-        try:
-            probe, conv = SchemaSet(), _converter()
-            _visit(conv, probe.root(_local(probe, params, "parameters", is_strict(tool))),
-                   "probe")
-            bounded(str(conv.format_grammar()), depth=False)
-        except GrammarError as exc:
-            if fn.get("strict"):
-                raise GrammarError(f"tool {fn['name']!r}: {exc}") from None
-            params = {"type": "object"}
-        out.append(params)
-    return out
+    cannot express (``checked_parameters``)."""
+    return [checked_parameters(tool, lambda conv, schemas, local:
+                               _visit(conv, schemas.root(local), "probe")) for tool in tools]
+
+
+def checked_parameters(tool: dict[str, Any],
+                       probe: Callable[[Any, SchemaSet, Any], object]) -> Any:
+    """The tool's parameter schema after ``probe(converter, schemas, schema)`` compiled it
+    alone: one the grammar cannot express is, for a ``strict`` tool, a GrammarError naming
+    the tool, for any other "any object" (its calls are returned as the model wrote them)."""
+    fn = tool["function"]
+    params = fn.get("parameters") or {"type": "object"}
+    try:
+        conv, schemas = _converter(), SchemaSet()
+        probe(conv, schemas, _local(schemas, params, "parameters", is_strict(tool)))
+        bounded(str(conv.format_grammar()), depth=False)
+    except GrammarError as exc:
+        if fn.get("strict"):
+            raise GrammarError(f"tool {fn['name']!r}: {exc}") from None
+        params = {"type": "object"}
+    return params
 
 
 def is_strict(tool: dict[str, Any]) -> bool:

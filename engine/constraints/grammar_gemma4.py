@@ -30,6 +30,7 @@ from engine.constraints.grammar import (
     _trigger,
     _visit,
     bounded,
+    checked_parameters,
     custom_rule,
     is_strict,
     raw_pattern,
@@ -208,16 +209,8 @@ def gemma4_answer_grammar(tools: list[dict[str, Any]], start: str, end: str, *,
 
 def _arguments(values: _Values, schemas: SchemaSet, tool: dict[str, Any], i: int) -> str:
     fn = tool["function"]
-    params = fn.get("parameters") or {"type": "object"}
-    try:
-        probe_conv, probe = _converter(), SchemaSet()
-        _Values(probe_conv, probe).rule(_local(probe, params, "parameters", is_strict(tool)),
-                                        "probe")
-        bounded(str(probe_conv.format_grammar()), depth=False)
-    except GrammarError as exc:
-        if fn.get("strict"):
-            raise GrammarError(f"tool {fn['name']!r}: {exc}") from None
-        params = {"type": "object"}
+    params = checked_parameters(tool, lambda conv, probe, local:
+                                _Values(conv, probe).rule(local, "probe"))
     return values.rule(_local(schemas, params, f"tools.{fn['name']}.parameters",
                               is_strict(tool)), f"fn{i}-args")
 
