@@ -195,7 +195,8 @@ def custom_grammars(draw: st.DrawFn) -> dict[str, Any]:
             "definition": draw(st.sampled_from([None, 5, [], {"a": 1}]))}
 
 
-ROUTES = ["chat-tool", "chat-format", "responses-tool", "responses-format", "responses-custom",
+ROUTES = ["chat-tool", "chat-format", "chat-custom", "responses-tool", "responses-format",
+          "responses-custom",
           "messages-tool",
           "messages-format", "many-tools"]
 
@@ -234,6 +235,14 @@ def schema_cases(draw: st.DrawFn) -> tuple[str, dict[str, Any]]:
             "input": "Hi", "max_output_tokens": 3,
             "tools": [{"type": "function", "name": "f", "parameters": params}],
             "tool_choice": "required" if forced else "auto"}
+    if route == "chat-custom":  # the same grammar, as Chat Completions nests it
+        fmt = draw(custom_grammars())
+        return "/v1/chat/completions", {
+            "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3,
+            "tools": [{"type": "custom", "custom": {"name": "c", "format": {
+                "type": "grammar", "grammar": {"syntax": fmt["syntax"],
+                                               "definition": fmt["definition"]}}}}],
+            "tool_choice": {"type": "custom", "custom": {"name": "c"}} if forced else "auto"}
     if route == "responses-custom":
         return "/v1/responses", {
             "input": "Hi", "max_output_tokens": 3,
