@@ -131,6 +131,8 @@ def test_json_object_output_parses(client: OpenAI) -> None:
 @pytest.mark.parametrize("extra, param", [
     ({"tools": WEATHER, "tool_choice": {"type": "function", "function": {"name": "nope"}}},
      "tool_choice"),
+    ({"tools": WEATHER, "tool_choice": {"type": "custom", "custom": {"name": "nope"}}},
+     "tool_choice"),
     ({"tools": [{"type": "function", "function": {"description": "no name"}}]}, "tools[0]"),
     ({"tools": "get_weather"}, "tools"),
     ({"tool_choice": "required"}, "tool_choice"),

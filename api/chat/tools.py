@@ -123,11 +123,13 @@ def parse_rules(body: Body) -> OutputRules:
     function = None
     if choice_raw in ("auto", "none", "required"):
         choice = str(choice_raw)
-    elif isinstance(choice_raw, dict) and isinstance(choice_raw.get("function"), dict):
-        choice, function = "function", choice_raw["function"].get("name")
-    elif isinstance(choice_raw, dict) and choice_raw.get("type") == "custom" and \
-            isinstance(choice_raw.get("custom"), dict):
-        choice, function = "function", choice_raw["custom"].get("name")
+    elif isinstance(choice_raw, dict) and (
+            isinstance(choice_raw.get("function"), dict) or
+            (choice_raw.get("type") == "custom" and isinstance(choice_raw.get("custom"), dict))):
+        named: dict[str, Any] = choice_raw["function"] \
+            if isinstance(choice_raw.get("function"), dict) \
+            else choice_raw["custom"]  # a chat custom tool, named the same way
+        choice, function = "function", named.get("name")
         if function not in {t["function"]["name"] for t in tools}:
             raise invalid("tool_choice", f"tool_choice names function {function!r}, which is "
                           "not in 'tools'")
