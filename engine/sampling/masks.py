@@ -90,11 +90,18 @@ class MaskEngine:
         try:
             from llguidance import LLTokenizer
 
-            buf = ctypes.create_string_buffer(16 * 1024 + 1)
+            # a small buffer first: slicing `.raw` copies the whole buffer (~150,000 tokens)
+            piece = L.llama_cpp._lib.llama_token_to_piece  # (the wrapper's call costs 30%)
+            small, large = ctypes.create_string_buffer(256), ctypes.create_string_buffer(
+                16 * 1024)
             tokens = []
             for t in range(L.llama_vocab_n_tokens(self.vocab)):
-                k = L.llama_token_to_piece(self.vocab, t, buf, 16 * 1024, 0, True)
-                tokens.append(buf.raw[:max(k, 0)])
+                k = piece(self.vocab, t, small, len(small), 0, True)
+                if k < 0:  # longer than the small buffer: -k bytes
+                    k = piece(self.vocab, t, large, len(large), 0, True)
+                    tokens.append(large.raw[:max(k, 0)])
+                else:
+                    tokens.append(small.raw[:k])
             tokens += [b""] * (self.n_vocab - len(tokens))
             fptr = ctypes.cast(L.llama_cpp._lib.llama_tokenize, ctypes.c_void_p).value
             self._tokenizer = LLTokenizer.from_llamacpp(  # type: ignore[attr-defined]
