@@ -93,7 +93,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     models = [{"alias": alias(t), "path": str(write_template_model(t)), "n_ctx": 4096,
                "n_seq_max": 2, "threads": 2, "threads_batch": 2, "n_gpu_layers": 0,
                "flash_attn": False} for t in TEMPLATES]
-    srv = start_server({"server": {"max_loaded_models": 40}, "models": models},
+    srv = start_server({"server": {"max_loaded_models": len(models)}, "models": models},
                        tmp_path_factory.mktemp("families"))
     yield srv
     srv.stop()
