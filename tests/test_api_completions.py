@@ -283,10 +283,11 @@ def test_models_health_and_metrics(gemma_server: ServerProcess, client: OpenAI) 
 def test_full_shared_kv_ends_the_youngest_with_length(tmp_path_factory: pytest.TempPathFactory
                                                       ) -> None:
     """Four sequences without max_tokens grow in a 512-cell shared cache: the youngest
-    ones end with "length" when it fills, and every request still completes."""
-    from conftest import gemma_config, start_server
+    ones end with "length" when it fills, and every request still completes. (The
+    random-weight Qwen: the plumbing only, ~500 steps of four in seconds, not 20 s.)"""
+    from conftest import start_server, tiny_qwen_config
 
-    server = start_server(gemma_config(n_ctx=512, n_seq_max=4, max_output_tokens=4096),
+    server = start_server(tiny_qwen_config(n_ctx=512, n_seq_max=4, max_output_tokens=4096),
                           tmp_path_factory.mktemp("kvfull"))
     try:
         async def run() -> list[dict[str, object]]:
