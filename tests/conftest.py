@@ -31,6 +31,17 @@ CAPTURE = Path(tempfile.mkdtemp(prefix="llamaserve-capture-"))
 os.environ["LLAMASERVE_CAPTURE_DIR"] = str(CAPTURE)
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Compile the server's modules once: with ``PYTHONDONTWRITEBYTECODE`` set (as in CI's
+    containers) every test server would otherwise compile ~150 modules from source, ~0.6 s
+    of each start (imports take 1.4 s instead of 0.8)."""
+    import compileall
+
+    for name in ("api", "engine", "parsers"):
+        compileall.compile_dir(ROOT / name, quiet=1)
+    compileall.compile_file(ROOT / "server.py", quiet=1)
+
+
 # per test file: wall seconds (setup + call + teardown, module fixtures included) and the
 # machine's busy CPU seconds meanwhile (all cores, from /proc/stat): printed at the end, the
 # CI budget's map. A file far below 100% of the cores waits more than it computes.
