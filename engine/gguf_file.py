@@ -1,6 +1,6 @@
 """A GGUF file's header, read in Python: its tensor table, and the values of a small tensor.
 
-llama.cpp reads the whole file when it loads a model. This reads the header only, seeking
+llama.cpp reads the whole file when it loads a model. This reads the header only, skipping
 over metadata values, so a file can be checked before it is handed over
 (``engine.model_source.check_gguf``), and a small tensor llama.cpp does not expose can be
 read (a reranker's classification rows, ``engine.embeddings.last_token``).
@@ -21,6 +21,7 @@ _FIXED = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q
           12: "d"}
 _STRING, _ARRAY = 8, 9
 _U64 = struct.Struct("<Q")
+MAX_NESTING = 16  # arrays of arrays: GGUF files use one level
 
 
 class Truncated(Exception):
@@ -91,7 +92,9 @@ class _Cursor:
             raise Truncated
         self.pos = pos
 
-    def skip_value(self, kind: int) -> None:
+    def skip_value(self, kind: int, depth: int = 0) -> None:
+        if depth > MAX_NESTING:  # (each level costs 12 bytes: a file could recurse deep)
+            raise ValueError(f"arrays nested over {MAX_NESTING} deep")
         if kind in _FIXED:
             self.skip(struct.calcsize("<" + _FIXED[kind]))
         elif kind == _STRING:
@@ -104,7 +107,7 @@ class _Cursor:
                 self.skip_strings(count)
             else:
                 for _ in range(count):
-                    self.skip_value(item)
+                    self.skip_value(item, depth + 1)
         else:
             raise ValueError(f"unknown value type {kind}")
 

@@ -56,6 +56,10 @@ def test_every_cut_and_corruption_reads_or_raises_a_known_error(tmp_path: Path) 
             bad[at:at + 8] = rng.choice([b"\xff" * 8, b"\x00" * 8, rng.randbytes(8),
                                          struct.pack("<Q", 2 ** 62)])
         cases.append(bytes(bad))
+    # arrays of arrays, nested far deeper than the interpreter's recursion limit
+    nested = struct.pack("<4sIQQ", b"GGUF", 3, 0, 1) + struct.pack("<Q", 1) + b"k" + \
+        struct.pack("<I", 9) + struct.pack("<IQ", 9, 1) * 5000 + struct.pack("<IQ", 4, 0)
+    cases.append(nested)
     for case in cases:
         target.write_bytes(case)
         with contextlib.suppress(EXPECTED):
