@@ -8,7 +8,7 @@ schema."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -73,11 +73,12 @@ LAST: dict[str, Any] = {}  # the last generate()'s sampler
 
 
 def generate(runner: Runner, params: SamplingParams, n: int, fast: bool = True,
-             prompt_text: str = PROMPT, masks: MaskEngine | None = None
-             ) -> tuple[list[int], int]:
-    """Up to n tokens (stops at end of generation); and how many steps checked every
-    candidate (a grammar) or sampled from the whole vocabulary (no grammar). Without
-    ``masks`` a grammar's steps are decided by llama.cpp's grammar alone."""
+             prompt_text: str = PROMPT, masks: MaskEngine | None = None,
+             forced: Sequence[int] = ()) -> tuple[list[int], int]:
+    """Up to n tokens (stops at end of generation) after the ``forced`` ones (accepted as
+    if sampled, not returned); and how many steps checked every candidate (a grammar) or
+    sampled from the whole vocabulary (no grammar). Without ``masks`` a grammar's steps
+    are decided by llama.cpp's grammar alone."""
     runner.samplers.masks = masks
     runner.samplers.grammar_fast = runner.samplers.shortcuts = fast
     prompt = runner.vocabulary.tokenize(prompt_text, add_special=False, parse_special=True)
@@ -85,6 +86,9 @@ def generate(runner: Runner, params: SamplingParams, n: int, fast: bool = True,
     sampler = runner.new_sampler(params, prompt)
     out: list[int] = []
     try:
+        for token in forced:
+            runner.accept(sampler, token)
+        prompt = [*prompt, *forced]
         status, last = runner.decode_tokens([(0, prompt, 0)])
         assert status == 0
         while len(out) < n:
@@ -211,10 +215,26 @@ def test_greedy_with_masks_writes_valid_answers(runner: Runner, masks: MaskEngin
     assert full == 0
 
 
-def test_a_lazy_grammar_gets_no_matcher(runner: Runner, masks: MaskEngine) -> None:
-    """A grammar that waits for its trigger (tool_choice auto) stays with llama.cpp's."""
+def test_a_lazy_grammar_is_masked_once_its_trigger_fires(runner: Runner,
+                                                           masks: MaskEngine) -> None:
+    """A grammar that waits for its trigger (tool_choice auto): before the call marker
+    nothing is masked; from the marker on (it starts a token) llguidance's mask decides
+    every step the best candidates do not (pure temperature: all of them), llama.cpp's
+    lazy grammar confirming each token, and the call is valid."""
     grammar = tool_call_grammar([TOOL], "<tool_call>", "</tool_call>", parallel=False,
                                 lazy=True)
+    opening = runner.vocabulary.tokenize("Saving them.\n<tool_call>\n", add_special=False,
+                                         parse_special=True)
+    for seed in range(2):
+        params = SamplingParams(temperature=1.0, seed=30 + seed, grammar=grammar.text,
+                                grammar_triggers=grammar.lazy_patterns)
+        tokens, full = generate(runner, params, 400, masks=masks, forced=opening)
+        chain = LAST["sampler"]
+        assert isinstance(chain, GrammarChain)
+        assert not chain.unmasked and full == 0 and chain.masked == len(tokens) + 1
+        text = runner.vocabulary.detokenize(tokens).strip().removesuffix("</tool_call>")
+        jsonschema.validate(json.loads(text)["arguments"], SCHEMA)
+    # no marker: nothing to mask (llama.cpp's grammar lets every token through)
     params = SamplingParams(temperature=1.0, seed=3, grammar=grammar.text,
                             grammar_triggers=grammar.lazy_patterns)
     generate(runner, params, 16, masks=masks)

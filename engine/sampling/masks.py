@@ -62,6 +62,7 @@ class MaskEngine:
         self.n_vocab = n_vocab
         self.slices = [] if slices is None else slices  # llguidance's slicer: off (memory)
         self._tokenizer: Any = None
+        self.pieces: list[bytes] | None = None  # each token's text, once built
         self._building: threading.Thread | None = None
         self._specs: OrderedDict[str, str] = OrderedDict()
         self._mask = np.zeros((1, (n_vocab + 31) // 32), np.int32)
@@ -107,6 +108,7 @@ class MaskEngine:
             self._tokenizer = LLTokenizer.from_llamacpp(  # type: ignore[attr-defined]
                 tokens=tokens, vocab_ptr=self.vocab, tokenize_fptr=fptr,
                 eos_token=L.llama_vocab_eos(self.vocab), slices=self.slices)
+            self.pieces = tokens
         except Exception as exc:
             log.warning("llguidance tokenizer not built (%s): constrained steps check "
                         "every candidate with llama.cpp's grammar", exc)

@@ -34,6 +34,7 @@ from engine.sampling.grammar_plan import (
     greedy_choice,
     sampling_plan,
 )
+from engine.sampling.lazy_trigger import TriggerWatch
 from engine.sampling.masks import MaskEngine
 
 L: Any = llama_cpp  # the C API, untyped (see engine.runner)
@@ -96,6 +97,7 @@ class GrammarChain:
     taken: list[int] = field(default_factory=list)  # tokens the grammar accepted
     matcher: Any = None  # llguidance's, following the grammar (engine.sampling.masks)
     unmasked: bool = False  # no matcher for this request (lazy grammar, or it diverged)
+    watch: TriggerWatch | None = None  # a lazy grammar's trigger, until it fires
     masked: int = 0  # steps decided through the matcher's mask
     floor: float = -np.inf  # where the next token's window of candidates starts
 
@@ -118,6 +120,7 @@ class Samplers:
         self.grammar_fast = True  # False: the grammar checks every candidate (tests, bench)
         # llguidance's masks where the best candidates do not decide (None: off)
         self.masks: MaskEngine | None = MaskEngine(vocab, n_vocab)
+        self._eog: Any = None  # the end-of-generation ids, read when first needed
         self.shortcuts = True  # False: every Chain samples the whole vocabulary (tests, bench)
         self._row_type = ctypes.c_float * n_vocab
         self._above = np.empty(n_vocab, np.bool_)  # which logits clear a window's floor
@@ -209,7 +212,9 @@ class Samplers:
         g = GrammarChain(pre, trunc, choice, None,
                          Truncation(p.top_k, p.top_p, p.min_p), p.greedy,
                          text=p.grammar or "", unmasked=bool(p.grammar_triggers))
-        if self.masks is not None and not g.unmasked:
+        if self.masks is not None and p.grammar_triggers:
+            g.watch = TriggerWatch.of(tuple(p.grammar_triggers))  # masks once it fires
+        if self.masks is not None and (g.watch or not g.unmasked):
             self.masks.start()  # the model's first constrained request: its tokenizer
         try:
             g.grammar = self._grammar_sampler(p, None)
@@ -390,6 +395,8 @@ class Samplers:
                 g.unmasked = True
                 return None
         ids = self.masks.allowed(g.matcher)
+        if g.matcher.is_accepting():  # complete: llama.cpp's grammar lets every end through
+            ids = np.union1d(ids, self._eog_ids())  # (llguidance only the one it was given)
         if not len(ids):
             return None
         cand = np.zeros(len(ids), _TOKEN_DATA)
@@ -409,6 +416,12 @@ class Samplers:
             g.matcher, g.unmasked = None, True
             return None
         return token
+
+    def _eog_ids(self) -> Any:
+        if self._eog is None:
+            self._eog = np.array([t for t in range(self.n_vocab)
+                                  if L.llama_vocab_is_eog(self.vocab, t)], dtype=np.intp)
+        return self._eog
 
     def _sample_checked(self, g: GrammarChain, batch_index: int, size: int,
                         top: Any) -> int | None:
@@ -434,15 +447,30 @@ class Samplers:
         plan = sampling_plan(logits, boundary, g.truncation)
         return None if plan is None else self._choose(g, ids, logits, plan)
 
-    @staticmethod
-    def _accept(g: GrammarChain, token: int) -> None:
+    def _accept(self, g: GrammarChain, token: int) -> None:
         for part in (g.grammar, g.pre, g.trunc, g.choice):
             if part:
                 L.llama_sampler_accept(part, token)
-        if not g.unmasked:
+        if g.watch is not None:
+            self._watch(g, token)
+        elif not g.unmasked:
             g.taken.append(token)
             if g.matcher is not None and not g.matcher.consume_token(token):
                 g.matcher, g.unmasked = None, True
+
+    def _watch(self, g: GrammarChain, token: int) -> None:
+        """A lazy grammar's text so far: once its trigger fires at a token's start, the
+        tokens from there on are what llama.cpp's grammar consumed, and the matcher
+        (made on the next step that needs it) follows from them."""
+        assert g.watch is not None and self.masks is not None
+        if not self.masks.enabled:  # no tokenizer after all
+            g.watch = None
+            return
+        fired = g.watch.feed(token, self.masks.pieces)  # (None: still being built)
+        if fired is not None:
+            g.watch = None
+            if fired:
+                g.taken, g.unmasked = fired, False
 
     def _choose(self, g: GrammarChain, ids: Any, logits: Any, plan: Plan) -> int | None:
         n = len(ids)
