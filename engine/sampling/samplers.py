@@ -44,6 +44,10 @@ L: Any = llama_cpp  # the C API, untyped (see engine.runner)
 WINDOW_RANKS = 4
 WINDOW_MIN_RANKS = 256
 WINDOW = 4.0  # the first window under the highest logit when the floor lets too few in
+# a mask that allowed at most this many tokens sends the next step to the mask first: such
+# steps (keys, enums, punctuation) come in runs, and their few allowed tokens are seldom
+# all among the best candidates of a model that does not know the format
+NARROW = 128
 
 
 def _address_binding() -> Any:
@@ -99,6 +103,7 @@ class GrammarChain:
     unmasked: bool = False  # no matcher for this request (lazy grammar, or it diverged)
     watch: TriggerWatch | None = None  # a lazy grammar's trigger, until it fires
     masked: int = 0  # steps decided through the matcher's mask
+    narrow: bool = False  # the last step's mask allowed few tokens: ask the mask first
     floor: float = -np.inf  # where the next token's window of candidates starts
 
 
@@ -360,6 +365,12 @@ class Samplers:
             self._accept(g, full)
             return full
         token: int | None = None
+        if g.narrow:  # likely another structural step, which the best candidates rarely decide
+            token = self._sample_masked(g, batch_index, most=NARROW)
+            if token is not None:
+                g.masked += 1
+                self._accept(g, token)
+                return token
         windowed = False
         if g.pre is None and self.shortcuts and self._checks:
             cur = self._windowed(self._logits(batch_index), g, CHECK)
@@ -384,9 +395,11 @@ class Samplers:
         self._accept(g, token)
         return token
 
-    def _sample_masked(self, g: GrammarChain, batch_index: int) -> int | None:
+    def _sample_masked(self, g: GrammarChain, batch_index: int,
+                       most: int | None = None) -> int | None:
         """The token, from the samplers run on the tokens llguidance's mask allows (llama.cpp's
-        grammar confirming the one chosen); None when there is no matcher to ask."""
+        grammar confirming the one chosen); None when there is no matcher to ask, or the
+        mask allows more than ``most`` tokens."""
         if g.unmasked or self.masks is None:
             return None
         if g.matcher is None:
@@ -395,6 +408,9 @@ class Samplers:
                 g.unmasked = True
                 return None
         ids = self.masks.allowed(g.matcher)
+        g.narrow = len(ids) <= NARROW
+        if most is not None and len(ids) > most:
+            return None
         if g.matcher.is_accepting():  # complete: llama.cpp's grammar lets every end through
             ids = np.union1d(ids, self._eog_ids())  # (llguidance only the one it was given)
         if not len(ids):
@@ -441,6 +457,25 @@ class Samplers:
         boundary = float(buffer["logit"][size - 1])
         apply(g.grammar, ref(cur))
         head = buffer[:size]
+        k = g.truncation.top_k
+        if 0 < k < size and not g.greedy:
+            # top_k: when the best k allowed are all among the checked ones, the chain runs
+            # in place on the allowed checked candidates, which keep top_k's order (best
+            # first, up to exact ties, as below)
+            allowed = np.isfinite(head["logit"])
+            m = int(np.count_nonzero(allowed))
+            if m < size:
+                head[:m] = head[allowed]
+            if m < k or not float(head["logit"][k - 1]) > boundary:
+                return self._plan_and_choose(g, head[:m], boundary)  # (min_p may decide)
+            cur.size, cur.sorted = m, True
+            if g.trunc:
+                apply(g.trunc, ref(cur))
+            apply(g.choice, ref(cur))
+            return int(cur.data[cur.selected].id)
+        return self._plan_and_choose(g, head, boundary)
+
+    def _plan_and_choose(self, g: GrammarChain, head: Any, boundary: float) -> int | None:
         ids, logits = allowed_sorted(head["id"], head["logit"])
         if g.greedy:
             return greedy_choice(ids, logits, boundary)

@@ -1,0 +1,38 @@
+"""engine/sampling/masks.py without a model: a mask's bits read back as token ids."""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+import pytest
+
+from engine.sampling.masks import MaskEngine
+
+
+class BitsMatcher:
+    """Stands in for llguidance's matcher: writes a fixed bit mask where it is asked to."""
+
+    def __init__(self, ids: np.ndarray, n_vocab: int, junk_tail: bool) -> None:
+        words = np.zeros((n_vocab + 31) // 32, np.uint32)
+        np.bitwise_or.at(words, ids // 32, (np.uint32(1) << (ids % 32).astype(np.uint32)))
+        if junk_tail and n_vocab % 32:  # bits past the vocabulary (padding) set too
+            words[-1] |= np.uint32(0xFFFFFFFF) << np.uint32(n_vocab % 32)
+        self.words = words
+
+    def unsafe_compute_mask_ptr(self, address: int, size: int) -> None:
+        assert size == self.words.nbytes
+        ctypes.memmove(address, self.words.ctypes.data, size)
+
+
+@pytest.mark.parametrize("n_vocab", [151_936, 32_000, 49_153, 33])
+def test_allowed_reads_every_set_bit_as_its_token_id(n_vocab: int) -> None:
+    engine = MaskEngine(None, n_vocab)
+    rng = np.random.default_rng(n_vocab)
+    for trial in range(60):
+        k = int(rng.choice([0, 1, 2, 4, 31, 32, 33, 500, n_vocab // 2, n_vocab]))
+        ids = np.sort(rng.choice(n_vocab, min(k, n_vocab), replace=False))
+        if trial % 7 == 0:  # the edges: the first and last tokens
+            ids = np.unique(np.concatenate([ids, [0, n_vocab - 1]]))
+        got = engine.allowed(BitsMatcher(ids, n_vocab, junk_tail=trial % 2 == 1))
+        assert got.dtype.kind == "i" and np.array_equal(got, ids), (n_vocab, k)
