@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 SHORT = 3  # bytes of the tokens drawn first
+FIRST = 64  # candidates the grammar is asked about before all of them
 TOKEN_DATA = np.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")])  # llama_token_data
 
 
@@ -58,6 +59,18 @@ class GrammarWalker:
         L.llama_sampler_apply(sampler, ctypes.byref(arr))
         return rows["logit"].astype(np.float64)
 
+    def _best_allowed(self, sampler: Any, ids: np.ndarray, logits: np.ndarray) -> int | None:
+        """The allowed token of highest logit (None: none is allowed). The grammar is asked
+        about the best ``FIRST`` first: when one of them is allowed, the best of those is
+        the best of all (checking every token made most of a walk's time)."""
+        if len(ids) > FIRST:
+            best = np.argpartition(-logits, FIRST)[:FIRST]
+            allowed = self._apply(sampler, ids[best], logits[best])
+            if np.isfinite(allowed).any():
+                return int(ids[best[int(np.argmax(allowed))]])
+        allowed = self._apply(sampler, ids, logits)
+        return int(ids[int(np.argmax(allowed))]) if np.isfinite(allowed).any() else None
+
     def walk(self, grammar: str, rng: np.random.Generator, max_steps: int = 300
              ) -> str | None:
         """One text the grammar allows (None: cut off at ``max_steps``)."""
@@ -69,10 +82,8 @@ class GrammarWalker:
             for _ in range(max_steps):
                 pick = None
                 for ids, bias in ((self.short, self.bias["short"]), (self.all, self.bias["all"])):
-                    logits = rng.gumbel(size=len(ids)) + bias
-                    allowed = self._apply(sampler, ids, logits)
-                    if np.isfinite(allowed).any():
-                        pick = int(ids[int(np.argmax(allowed))])
+                    pick = self._best_allowed(sampler, ids, rng.gumbel(size=len(ids)) + bias)
+                    if pick is not None:
                         break
                 assert pick is not None, "the grammar allows no token: " + out.decode(
                     errors="replace")
