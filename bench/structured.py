@@ -10,8 +10,9 @@ The servers run one after the other, never at once.
 
     python bench/structured.py --llama-server /tmp/llama-build/bin/llama-server
 
-``--py-spy OUT.txt`` records the llamaserve process with py-spy (``--native``) during its
-constrained levels and writes the collapsed stacks to OUT.txt.
+``--servers llamaserve,llamaserve=/path/to/other/checkout`` compares two checkouts of
+llamaserve in one run. ``--py-spy OUT.txt`` records the llamaserve process with py-spy
+(``--native``) during its constrained levels and writes the collapsed stacks to OUT.txt.
 """
 
 from __future__ import annotations
@@ -126,7 +127,7 @@ def start_llamaserve(model: str, n_seq: int, threads: int, port: int, tmp: Path,
                      root: Path = ROOT) -> subprocess.Popen[bytes]:
     cfg = json.loads((ROOT / "configs" / "qwen2.5-coder-0.5b.json").read_text())
     cfg["server"] = {"log_level": "warning"}
-    cfg["model"].update({"path": model, "alias": "bench", "n_ctx": 8192, "n_seq_max": n_seq,
+    cfg["model"].update({"path": model, "alias": "bench", "n_ctx": 16384, "n_seq_max": n_seq,
                          "threads": threads, "threads_batch": threads})
     path = tmp / "structured.json"
     path.write_text(json.dumps(cfg))
@@ -138,9 +139,41 @@ def start_llamaserve(model: str, n_seq: int, threads: int, port: int, tmp: Path,
 def start_llama_server(binary: str, model: str, n_seq: int, threads: int,
                        port: int) -> subprocess.Popen[bytes]:
     return subprocess.Popen([binary, "-m", model, "--port", str(port), "-np", str(n_seq), "-cb",
-                             "-c", "8192", "-t", str(threads), "-tb", str(threads), "-b", "512",
+                             "-c", "16384", "-t", str(threads), "-tb", str(threads), "-b", "512",
                              "-ub", "512", "--kv-unified", "--no-webui", "--jinja"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def run_server(args: argparse.Namespace, name: str, rep: int, modes: list[str],
+               streams: list[int], n_seq: int, tmp: Path,
+               runs: dict[tuple[str, str, int], list[Level]]) -> None:
+    port = _port()
+    proc = (start_llamaserve(args.model, n_seq, args.threads, port, tmp,
+                             Path(name.partition("=")[2] or args.root))
+            if name.startswith("llamaserve") else
+            start_llama_server(args.llama_server, args.model, n_seq, args.threads, port))
+    spy = None
+    try:
+        _wait(f"http://127.0.0.1:{port}/health", proc)
+        for mode in modes:
+            if args.py_spy and name.startswith("llamaserve") and mode != "free" \
+                    and spy is None and rep == 0:
+                spy = subprocess.Popen(["py-spy", "record", "--native", "-r", "50",
+                                        "-f", "raw", "-o", args.py_spy,
+                                        "-p", str(proc.pid)], stdout=subprocess.DEVNULL)
+            for s in streams:
+                rounds = args.rounds if s == 1 else 1
+                res = asyncio.run(run_level(f"http://127.0.0.1:{port}/v1", mode, s,
+                                            args.tokens, rounds))
+                runs.setdefault((name, mode, s), []).append(res)
+                print(f"[{rep}] {name} {mode} streams={s}: {res.tok_s:.1f} tok/s "
+                      f"({res.tokens} tokens, {res.errors} errors)", file=sys.stderr)
+    finally:
+        if spy is not None:
+            spy.send_signal(2)
+            spy.wait(60)
+        proc.terminate()
+        proc.wait(30)
 
 
 def main() -> None:
@@ -154,6 +187,8 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--rounds", type=int, default=2, help="requests per stream at 1 stream")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="rounds of every server in turn; the table takes each cell's median")
     ap.add_argument("--py-spy", default="", help="collapsed py-spy stacks of llamaserve")
     ap.add_argument("--name", default="structured")
     ap.add_argument("--root", default=str(ROOT),
@@ -163,37 +198,13 @@ def main() -> None:
     modes = args.modes.split(",")
     names = args.servers.split(",")
     n_seq = max(streams)
-    results: dict[tuple[str, str, int], Level] = {}
+    runs: dict[tuple[str, str, int], list[Level]] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for name in names:
-            port = _port()
-            proc = (start_llamaserve(args.model, n_seq, args.threads, port, Path(tmp),
-                                     Path(args.root))
-                    if name == "llamaserve" else
-                    start_llama_server(args.llama_server, args.model, n_seq, args.threads,
-                                       port))
-            spy = None
-            try:
-                _wait(f"http://127.0.0.1:{port}/health", proc)
-                for mode in modes:
-                    if args.py_spy and name == "llamaserve" and mode != "free" and spy is None:
-                        spy = subprocess.Popen(["py-spy", "record", "--native", "-r", "50",
-                                                "-f", "raw", "-o", args.py_spy,
-                                                "-p", str(proc.pid)],
-                                               stdout=subprocess.DEVNULL)
-                    for s in streams:
-                        rounds = args.rounds if s == 1 else 1
-                        res = asyncio.run(run_level(f"http://127.0.0.1:{port}/v1", mode, s,
-                                                    args.tokens, rounds))
-                        results[(name, mode, s)] = res
-                        print(f"{name} {mode} streams={s}: {res.tok_s:.1f} tok/s "
-                              f"({res.tokens} tokens, {res.errors} errors)", file=sys.stderr)
-            finally:
-                if spy is not None:
-                    spy.send_signal(2)
-                    spy.wait(60)
-                proc.terminate()
-                proc.wait(30)
+        for rep in range(args.repeat):  # every server once per repeat, in turn
+            for name in names:
+                run_server(args, name, rep, modes, streams, n_seq, Path(tmp), runs)
+    results = {key: sorted(levels, key=lambda x: x.tok_s)[len(levels) // 2]
+               for key, levels in runs.items()}  # the median round
     rows: list[dict[str, object]] = []
     for name in names:
         for mode in modes:
