@@ -78,12 +78,16 @@ MODES: dict[str, dict[str, Any]] = {
         "name": "inventory", "schema": SCHEMA, "strict": True}}},
     "tool call": {"tools": [TOOL], "tool_choice": {
         "type": "function", "function": {"name": "save_inventory"}}},
+    # the tool call's baseline: the same prompt (the tool is in it), no call asked for
+    "free (tool listed)": {"tools": [TOOL], "tool_choice": "none"},
 }
+BASELINE = {"tool call": "free (tool listed)"}  # vs free: against this mode when it ran
 
 
 @dataclass
 class Level:
     tokens: int = 0
+    prompt_tokens: int = 0
     requests: int = 0
     errors: int = 0
     wall: float = 0.0
@@ -105,6 +109,7 @@ async def _one(http: httpx.AsyncClient, url: str, mode: str, tokens: int, seed: 
         return
     res.requests += 1
     res.tokens += int(r.json()["usage"]["completion_tokens"])
+    res.prompt_tokens += int(r.json()["usage"]["prompt_tokens"])
 
 
 async def run_level(url: str, mode: str, streams: int, tokens: int, rounds: int) -> Level:
@@ -212,11 +217,13 @@ def main() -> None:
                 got = results.get((name, mode, s))
                 if got is None:
                     continue
-                free = results.get((name, "free", s))
+                free = results.get((name, BASELINE.get(mode, "free"), s)) or \
+                    results.get((name, "free", s))
                 other = results.get(("llama-server", mode, s))
                 rows.append({
                     "server": name, "mode": mode, "streams": s,
                     "tokens": got.tokens, "errors": got.errors,
+                    "prompt": got.prompt_tokens // max(got.requests, 1),
                     "tok/s": round(got.tok_s, 1),
                     "vs free": round(got.tok_s / free.tok_s, 3) if free and free.tok_s else "",
                     "vs llama-server": (round(got.tok_s / other.tok_s, 3)
