@@ -78,7 +78,9 @@ MODES: dict[str, dict[str, Any]] = {
         "name": "inventory", "schema": SCHEMA, "strict": True}}},
     "tool call": {"tools": [TOOL], "tool_choice": {
         "type": "function", "function": {"name": "save_inventory"}}},
-    # the tool call's baseline: the same prompt (the tool is in it), no call asked for
+    # the tool call's baseline: the tool listed, no call asked for. llama-server renders
+    # the tool into the prompt under tool_choice none; llamaserve leaves it out, so its
+    # baseline is the plain prompt (the table's prompt column shows which)
     "free (tool listed)": {"tools": [TOOL], "tool_choice": "none"},
 }
 BASELINE = {"tool call": "free (tool listed)"}  # vs free: against this mode when it ran

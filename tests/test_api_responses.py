@@ -16,7 +16,13 @@ from custom_grammars import APPLY_PATCH, lark_oracle
 from openai import OpenAI
 from websockets.sync.client import connect
 
-from conftest import ServerProcess, qwen_config, start_server, thinking_qwen_config
+from conftest import (
+    ServerProcess,
+    qwen_config,
+    start_server,
+    thinking_qwen_config,
+    tiny_qwen_config,
+)
 from named_sse import named_events
 from responses_protocol import check_events
 
@@ -499,14 +505,16 @@ def test_reasoning_encrypted_content_round_trips_without_a_store(tmp_path: Any) 
 
 
 def test_silent_streams_carry_keepalives(tmp_path: Any) -> None:
-    """A long prefill sends SSE comments before the first token, on chat and Responses."""
-    cfg = qwen_config(n_batch=32, n_ubatch=32)  # small steps: the prefill takes a while
-    cfg["server"] = {**cfg.get("server", {}), "keepalive_seconds": 0.1}
+    """A long prefill sends SSE comments before the first token, on chat and Responses
+    (the random-weight model: a prefill in 16-token steps of ~2,300 tokens lasts well past
+    the keepalive interval, and a real model's quality is not the point)."""
+    cfg = tiny_qwen_config(n_batch=16, n_ubatch=16)  # small steps: the prefill takes a while
+    cfg["server"] = {**cfg.get("server", {}), "keepalive_seconds": 0.02}
     s = start_server(cfg, tmp_path)
     try:
         def long(word: str) -> str:  # a new prompt each time: no prefix-cache hit
             return f"Here is a {word} list. " + " ".join(f"Item {i} is {word} {i}."
-                                                          for i in range(40))
+                                                          for i in range(200))
 
         for path, body in (("/chat/completions", {"messages": [
                                 {"role": "user", "content": long("red")}], "max_tokens": 2}),

@@ -454,7 +454,7 @@ class Samplers:
                            buffer: Any) -> int | None:
         """The token from the grammar checked on the best ``size`` of the candidates ``cur``
         (over ``buffer``, which holds every candidate at or above the ``size``-th best).
-        The grammar is asked about the best few first (``_first``): when they decide, the
+        The grammar is asked about the best few first (``_first_checked``): when they decide, the
         others are never checked (checking costs about a microsecond per candidate)."""
         apply, ref = L.llama_sampler_apply, ctypes.byref
         apply(top, ref(cur))  # the best `size` first, sorted; size `size`
@@ -555,7 +555,8 @@ class Samplers:
 
 def _first_checked(g: GrammarChain, size: int) -> int:
     """How many of the best candidates the grammar is asked about first: a few more than
-    the chain keeps (greedy: one), so that a disallowed one or two still leave enough."""
+    the chain keeps (top_k's k; greedy's one), so that a few disallowed ones still leave
+    enough."""
     if g.greedy:
         return min(size, FIRST_GREEDY)
     k = g.truncation.top_k
