@@ -30,7 +30,7 @@ from engine.config import ModelConfig  # noqa: E402
 from engine.constraints.grammar import json_grammar, tool_call_grammar  # noqa: E402
 from engine.request import SamplingParams  # noqa: E402
 from engine.runner import Runner  # noqa: E402
-from engine.sampling.samplers import GrammarChain  # noqa: E402
+from engine.sampling.grammar_step import GrammarChain  # noqa: E402
 from fetch_models import model_path  # noqa: E402
 from report import report  # noqa: E402
 

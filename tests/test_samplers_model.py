@@ -20,8 +20,9 @@ from engine.config import ModelConfig
 from engine.constraints.grammar import json_grammar, tool_call_grammar
 from engine.request import SamplingParams
 from engine.runner import Runner
+from engine.sampling.grammar_step import GrammarChain
 from engine.sampling.masks import MaskEngine
-from engine.sampling.samplers import Chain, GrammarChain
+from engine.sampling.samplers import Chain
 
 SCHEMA = {
     "type": "object",
