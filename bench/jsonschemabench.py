@@ -16,7 +16,8 @@ order) runs in one or more modes side by side:
 
 Per dataset: valid answers, refused schemas (a 400 or a grammar error), cut off (the
 length limit or the walk's), and broken (ended normally, breaks the schema: must be 0),
-plus compile time per schema (p50, p99, max). Prints a table, writes JSON (``--out``).
+plus compile time per schema (p50, p99, max; through a server, what the schema adds to a
+one-token answer whose prompt is cached). Prints a table, writes JSON (``--out``).
 
     python bench/jsonschemabench.py --corpus ~/jsonschemabench/data --per-dataset 6 \\
         --mode engine --server http://127.0.0.1:8000 --server http://127.0.0.1:8080
@@ -94,22 +95,31 @@ def run_engine(schemas: dict[str, list[tuple[str, Any]]], strict: bool, seeds: i
 
 def run_server(url: str, schemas: dict[str, list[tuple[str, Any]]], strict: bool,
                max_tokens: int) -> dict[str, Any]:
+    """Each schema through a server. Its compile time is what the schema adds to a
+    one-token answer: the same request timed without ``response_format`` (which also
+    puts the prompt in the server's prefix cache), then with it; the same for any server."""
     result: dict[str, Any] = {}
     with httpx.Client(base_url=url, timeout=600) as http:
         for dataset, items in schemas.items():
             counts: dict[str, Any] = defaultdict(int)
+            times: list[float] = []
             for name, schema in items:
                 body = {"model": "m", "max_tokens": max_tokens, "temperature": 0.7, "seed": 1,
                         "messages": [{"role": "user", "content":
                                       "Write one JSON value that follows this schema:\n"
-                                      + json.dumps(schema)[:6000]}],
-                        "response_format": {"type": "json_schema", "json_schema": {
-                            "name": "out", "strict": strict, "schema": schema}}}
-                r = http.post("/v1/chat/completions", json=body)
+                                      + json.dumps(schema)[:6000]}]}
+                constrained = {**body, "response_format": {"type": "json_schema", "json_schema": {
+                    "name": "out", "strict": strict, "schema": schema}}}
+                free = _timed(http, {**body, "max_tokens": 1})
+                _timed(http, {**body, "max_tokens": 1})  # (the prompt cached: the baseline)
+                free = min(free, _timed(http, {**body, "max_tokens": 1}))
+                first = _timed(http, {**constrained, "max_tokens": 1})
+                r = http.post("/v1/chat/completions", json=constrained)
                 if r.status_code != 200:
                     counts["refused"] += 1
                     counts.setdefault("why", []).append(f"{name}: {r.text[:160]}")
                     continue
+                times.append(max(0.0, first - free))
                 choice = r.json()["choices"][0]
                 if choice["finish_reason"] == "length":
                     counts["cut_off"] += 1
@@ -124,8 +134,14 @@ def run_server(url: str, schemas: dict[str, list[tuple[str, Any]]], strict: bool
                 counts["valid" if why is None else "broken"] += 1
                 if why is not None:
                     counts.setdefault("broken_why", []).append(f"{name}: {why}")
-            result[dataset] = dict(counts)
+            result[dataset] = {**counts, "compile_ms": _quantiles(times)}
     return result
+
+
+def _timed(http: httpx.Client, body: dict[str, Any]) -> float:
+    t0 = time.perf_counter()
+    http.post("/v1/chat/completions", json=body)
+    return time.perf_counter() - t0
 
 
 def _quantiles(times: list[float]) -> dict[str, float]:
