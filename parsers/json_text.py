@@ -29,3 +29,15 @@ def loads(text: str) -> Any:
         elif isinstance(node, list):
             stack.extend(node)
     return value
+
+
+def custom_input(arguments: str) -> str:
+    """A custom (freeform) tool's input, from its call's ``arguments``: the one string
+    ``input`` the tool is offered with as a function (``api.chat.tools``), or the arguments
+    as written when they are not that."""
+    try:
+        value = loads(arguments)
+    except ValueError:
+        return arguments
+    text = value.get("input") if isinstance(value, dict) else None
+    return text if isinstance(text, str) else arguments

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -31,6 +30,7 @@ from api.web.streaming import (
 )
 from engine.handle import ModelHandle
 from engine.request import TokenLogprob
+from parsers.json_text import custom_input
 from parsers.message_stream import MessageDelta, ToolCall
 
 
@@ -50,15 +50,6 @@ def _call_json(call: ToolCall, custom: frozenset[str]) -> dict[str, Any]:
                 "custom": {"name": call.name, "input": custom_input(call.arguments)}}
     return {"id": call.id, "type": "function",
             "function": {"name": call.name, "arguments": call.arguments}}
-
-
-def custom_input(arguments: str) -> str:
-    """A custom tool's input: the one string argument it was offered with."""
-    try:
-        value = json.loads(arguments).get("input")
-    except (ValueError, AttributeError):
-        return arguments
-    return value if isinstance(value, str) else arguments
 
 
 def _finish_reason(reason: str | None, message: MessageDelta) -> str | None:

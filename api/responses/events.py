@@ -191,8 +191,7 @@ class ResponseBuilder:
                                       item_id=item["id"], output_index=i, name=item["name"],
                                       arguments=args))
         elif item["type"] == "custom_tool_call":
-            parsed = _json_object(args)
-            text = parsed.get("input") if isinstance(parsed.get("input"), str) else args
+            text = json_text.custom_input(args)
             item["input"] = text
             events += [self._event("response.custom_tool_call_input.delta", item_id=item["id"],
                                    output_index=i, delta=text),
