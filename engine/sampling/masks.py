@@ -12,7 +12,7 @@ llama.cpp's grammar before it is taken (if the two ever disagree, the request go
 the full check for good).
 
 A request's matcher is made at its first such step (most requests never need one), from
-the request's GBNF through llguidance's GBNF-to-Lark converter, and catches up on the
+the request's GBNF in Lark form (``engine.constraints.gbnf_lark``), and catches up on the
 tokens taken so far. The tokenizer (every token by its text, control tokens included, as
 GBNF reads them) is built once per model, in a background thread started by the model's
 first constrained request (~1.4 s and 16 MiB for 150k tokens: llguidance's slicer, which
@@ -38,6 +38,8 @@ from typing import Any
 import llama_cpp
 import numpy as np
 import numpy.typing as npt
+
+from engine.constraints.gbnf_lark import gbnf_to_lark
 
 L: Any = llama_cpp
 log = logging.getLogger("llamaserve.engine")
@@ -119,10 +121,9 @@ class MaskEngine:
         spec = self._specs.get(grammar)
         if spec is None:
             from llguidance import LLMatcher
-            from llguidance.gbnf_to_lark import any_to_lark
 
             try:
-                spec = LLMatcher.grammar_from_lark(any_to_lark(grammar))
+                spec = LLMatcher.grammar_from_lark(gbnf_to_lark(grammar))
             except Exception:
                 spec = _FAILED
             self._specs[grammar] = spec
