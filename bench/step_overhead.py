@@ -64,13 +64,13 @@ def start_llamaserve(model: str, threads: int, ctx: int, tmp: Path,
     return proc, port
 
 
-def start_llama_server(binary: str, model: str, threads: int, ctx: int, tmp: Path
-                       ) -> tuple[Any, int]:
+def start_llama_server(binary: str, model: str, threads: int, ctx: int, tmp: Path,
+                       flags: list[str] | None = None) -> tuple[Any, int]:
     port = _port()
-    log = (tmp / "llama-server.log").open("wb")
+    log = (tmp / f"llama-server-{port}.log").open("wb")
     proc = subprocess.Popen([binary, "-m", model, "--port", str(port), "--host", "127.0.0.1",
                              "-np", str(N_SEQ), "-c", str(ctx), "-t", str(threads),
-                             "-tb", str(threads), "--log-disable"],
+                             "-tb", str(threads), "--log-disable", *(flags or [])],
                             stdout=log, stderr=subprocess.STDOUT)
     _wait(f"http://127.0.0.1:{port}/health", proc)
     return proc, port
@@ -192,7 +192,10 @@ def main() -> None:
                     help="a model config field for llamaserve, e.g. kv_unified=false")
     ap.add_argument("--variant", action="append", default=[], metavar="NAME:VAR=VALUE",
                     help="one more llamaserve, named NAME, with an environment variable "
-                         "set, e.g. passive:OMP_WAIT_POLICY=PASSIVE (added to --servers)")
+                         "set, e.g. passive:OMP_WAIT_POLICY=PASSIVE, or a model config field "
+                         "(model.FIELD=JSON, e.g. bs:model.backend_sampling=true); added "
+                         "to --servers. A server named llama-server-bs in --servers is "
+                         "llama-server with --backend-sampling")
     args = ap.parse_args()
     model = args.model or str(write_tiny_model())
     levels = [int(c) for c in args.concurrency.split(",")]
@@ -200,15 +203,22 @@ def main() -> None:
     ctx = N_SEQ * (args.tokens + 64)
     extra = {k: json.loads(v) for k, v in (item.split("=", 1) for item in args.set)}
     envs: dict[str, dict[str, str]] = {name: {} for name in args.servers.split(",")}
+    fields: dict[str, dict[str, Any]] = {}
     for item in args.variant:
         name, setting = item.split(":", 1)
         var, value = setting.split("=", 1)
-        envs[name] = {var: value}
+        envs.setdefault(name, {})
+        if var.startswith("model."):
+            fields.setdefault(name, {})[var.removeprefix("model.")] = json.loads(value)
+        else:
+            envs[name][var] = value
 
     def start(name: str, tmp: Path) -> tuple[Any, int]:
-        if name == "llama-server":
-            return start_llama_server(args.llama_server, model, args.threads, ctx, tmp)
-        return start_llamaserve(model, args.threads, ctx, tmp, extra, envs[name])
+        if name.startswith("llama-server"):
+            return start_llama_server(args.llama_server, model, args.threads, ctx, tmp,
+                                      ["--backend-sampling"] if name.endswith("-bs") else [])
+        return start_llamaserve(model, args.threads, ctx, tmp,
+                                {**extra, **fields.get(name, {})}, envs[name])
 
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:

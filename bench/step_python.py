@@ -13,6 +13,12 @@ the median and the lowest.
 
     python bench/step_python.py [--concurrency 1,4,16,64] [--tokens 512] [--runs 3]
         [--against /path/to/another/checkout]    # the same harness on another tree: A/B
+        [--variant NAME:key=value,...]           # this tree with model config options
+
+With ``backend_sampling`` on (``--variant backend:backend_sampling=true``), llama.cpp
+samples inside the decode the harness makes free: the figure is then the Python left when
+a GPU does the sampling, and llama.cpp's own cost of it is not in it (bench/step_overhead.py
+measures the whole on this machine).
 
 Writes bench/results/step_python.json.
 """
@@ -47,8 +53,9 @@ def child(root: str, concurrency: int, tokens: int, rounds: int) -> None:
     from engine.runner import Runner
 
     n_seq = max(64, concurrency)
+    options = json.loads(os.environ.get("STEP_PYTHON_MODEL", "{}"))
     cfg = parse({"model": {"path": str(write_tiny_model()), "n_ctx": n_seq * (tokens + 64),
-                           "n_seq_max": n_seq, "threads": 2, "threads_batch": 2}})
+                           "n_seq_max": n_seq, "threads": 2, "threads_batch": 2, **options}})
     runner = Runner(cfg.model.path, cfg.model)
     engine = Engine(runner, cfg.model)
     real = runner_module.L.llama_decode
@@ -101,11 +108,13 @@ def child(root: str, concurrency: int, tokens: int, rounds: int) -> None:
     os._exit(0)
 
 
-def measure(root: str, concurrency: int, tokens: int) -> dict[str, float]:
+def measure(root: str, concurrency: int, tokens: int,
+            options: dict[str, object]) -> dict[str, float]:
     rounds = max(1, 8192 // (concurrency * tokens))
     done = subprocess.run([sys.executable, __file__, "--child", root, str(concurrency),
                            str(tokens), str(rounds)], capture_output=True, text=True,
-                          check=True, timeout=600)
+                          check=True, timeout=600,
+                          env={**os.environ, "STEP_PYTHON_MODEL": json.dumps(options)})
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
@@ -115,21 +124,27 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=512)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--against", default=None, help="another checkout, measured alternately")
+    ap.add_argument("--variant", action="append", default=[],
+                    help="NAME:key=value,... this tree with these model options (JSON values)")
     ap.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         root, c, tokens, rounds = args.child
         child(root, int(c), int(tokens), int(rounds))
         return
-    trees = {"this tree": str(ROOT)}
+    trees: dict[str, tuple[str, dict[str, object]]] = {"this tree": (str(ROOT), {})}
     if args.against:
-        trees = {"against": str(Path(args.against).resolve()), **trees}
+        trees = {"against": (str(Path(args.against).resolve()), {}), **trees}
+    for spec in args.variant:
+        name, _, pairs = spec.partition(":")
+        trees[name] = (str(ROOT), {k: json.loads(v) for k, _, v in
+                                   (p.partition("=") for p in pairs.split(",") if p)})
     rows: list[dict[str, object]] = []
     for c in [int(x) for x in args.concurrency.split(",")]:
         got: dict[str, list[float]] = {name: [] for name in trees}
         for _ in range(args.runs):
-            for name, root in trees.items():
-                got[name].append(measure(root, c, args.tokens)["cpu_us"])
+            for name, (root, options) in trees.items():
+                got[name].append(measure(root, c, args.tokens, options)["cpu_us"])
         for name, values in got.items():
             rows.append({"tree": name, "sequences": c,
                          "engine CPU us/token (median)": round(statistics.median(values), 1),

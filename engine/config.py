@@ -167,10 +167,9 @@ class ModelConfig:
     prefill_step_target: float = 2.0
     threads: int = field(default_factory=lambda: os.cpu_count() or 4)
     threads_batch: int | None = None
-    # one KV pool for all sequences (None or True: each may use all of n_ctx), or n_ctx
-    # split per sequence (False); see engine.loading.kv_unified
-    kv_unified: bool | None = None
+    kv_unified: bool | None = None  # one KV pool (None, True) or n_ctx split per sequence
     swa_full: bool = False
+    backend_sampling: bool = False  # llama.cpp samples in its graph (engine.sampling.backend)
     # recurrent / hybrid models: RAM for recurrent-state snapshots at message ends, so a
     # prompt sharing part of a cached sequence resumes there (0 = off)
     state_snapshots_max_bytes: int = 256 << 20

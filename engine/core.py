@@ -121,6 +121,8 @@ class Engine:
         self.metrics.bind(lambda: len(self.scheduler.running),
                           lambda: len(self.scheduler.waiting))
         self.metrics.bind_grammar_checks(runner.grammar_checker.stats)
+        if runner.samplers.backend is not None:
+            self.metrics.bind_backend_sampling(runner.samplers.backend)
 
     # -- called from any thread ---------------------------------------------------
     def start(self, publish: Publish) -> None:
@@ -425,6 +427,10 @@ class Engine:
     def _execute(self, plan: StepPlan, out: list[tuple[Request, Delta]]) -> None:
         if self.runner.adapters:
             self.runner.set_adapters(plan.adapters)
+        if self.runner.samplers.backend is not None:  # sampled in the decode: chains first
+            for item in plan.items:
+                if item.logits and item.request.sampler is None and not item.request.params.grammar:
+                    self._ensure_sampler(item.request, out)
         status, last_index = self.runner.decode(plan.items)
         if status == DECODE_NO_KV_SLOT:
             victim = max((i.request for i in plan.items), key=lambda r: r.id)
@@ -473,7 +479,7 @@ class Engine:
     def _ensure_sampler(self, r: Request, out: list[tuple[Request, Delta]]) -> bool:
         if r.sampler is None:
             try:
-                r.sampler = self.runner.new_sampler(r.params, r.prompt)
+                r.sampler = self.runner.new_sampler(r.params, r.prompt, r.seq_id)
             except ValueError as exc:  # only this request's sampler is at fault
                 self.delivery.fail(r, EngineError(str(exc)), out)
                 return False

@@ -164,6 +164,10 @@ def new_context(model: Any, cfg: ModelConfig, *, embeddings: bool = False,
     # (split pools cut a batch into equal-length pieces, reordering the sequences)
     cp.kv_unified = eval_callback is not None or kv_unified(cfg)
     cp.swa_full = cfg.swa_full
+    if cfg.backend_sampling and not cfg.draft_max_tokens and not embeddings:
+        # a sequence llama.cpp samples has one output a step (as llama-server sets it
+        # without drafts): smaller sampling graphs; others are not limited by this
+        cp.n_outputs_max_per_seq = 1
     cp.no_perf = True
     cp.embeddings = embeddings
     if eval_callback is not None:

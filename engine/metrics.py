@@ -228,6 +228,10 @@ class EngineMetrics:
         """The grammar checker's counts (``engine.sampling.grammar_check.CheckStats``)."""
         self.registry.register(_GrammarChecks(stats))
 
+    def bind_backend_sampling(self, backend: Any) -> None:
+        """Counts of ``engine.sampling.backend.BackendSampling`` (model.backend_sampling)."""
+        self.registry.register(_BackendSampling(backend))
+
     def bind(self, running: Callable[[], float], waiting: Callable[[], float]) -> None:
         self.requests_running.set_function(running)
         self.seqs_in_use.set_function(running)
@@ -251,3 +255,22 @@ class _GrammarChecks(Collector):
                                ("timed_out", s.timed_out)):
             family.add_metric([outcome], value)
         yield family
+
+
+class _BackendSampling(Collector):
+    """Tokens llama.cpp sampled in its graph, and chains attached or detached there."""
+
+    def __init__(self, backend: Any) -> None:
+        self.backend = backend
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        yield CounterMetricFamily(
+            "llamaserve_backend_sampled_tokens", "Tokens sampled inside llama.cpp's graph "
+            "(model.backend_sampling).", value=self.backend.sampled)
+        yield CounterMetricFamily(
+            "llamaserve_backend_sampler_changes", "Sampler chains attached to or detached "
+            "from a sequence in llama.cpp (each rebuilds the next decode's graph).",
+            value=self.backend.changes)
+        yield CounterMetricFamily(
+            "llamaserve_backend_sampler_reuses", "Idle sampler chains a new request took "
+            "over in llama.cpp (no graph rebuilt).", value=self.backend.reused)

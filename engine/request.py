@@ -25,6 +25,7 @@ class SamplingParams:
     repeat_penalty: float = 1.0
     penalty_last_n: int = 64
     seed: int = 0
+    seeded: bool = True  # the client chose the seed (False: drawn for it at random)
     logit_bias: tuple[tuple[int, float], ...] = ()
     max_tokens: int | None = None
     stop: tuple[str, ...] = ()

@@ -106,7 +106,8 @@ class Runner:
         self.adapters: dict[str, Any] = {}  # LoRA name -> llama_adapter_lora
         self._adapter_files: dict[str, dict[str, Any]] = {}
         self._applied: tuple[tuple[str, float], ...] = ()
-        self.samplers = Samplers(self.vocab, self.n_vocab, self.ctx)
+        self.samplers = Samplers(self.vocab, self.n_vocab, self.ctx,
+                                 backend=cfg.backend_sampling and cfg.draft_model is None)
         # a new grammar is parsed in a child process first (a parser crash costs a request)
         self.grammar_checker = GrammarChecker(model_path)
         if not self.embedding_only:
@@ -182,8 +183,8 @@ class Runner:
             self.model = None
 
     # -- sampling (engine.sampling) -------------------------------------------------
-    def new_sampler(self, p: SamplingParams, history: Sequence[int]) -> Any:
-        return self.samplers.new(p, history)
+    def new_sampler(self, p: SamplingParams, history: Sequence[int], seq: int = -1) -> Any:
+        return self.samplers.new(p, history, seq)
 
     def sample(self, sampler: Any, batch_index: int) -> int:
         return self.samplers.sample(sampler, batch_index)
@@ -200,6 +201,8 @@ class Runner:
         the engine only ever parses grammars known to parse. Safe on a worker thread."""
         assert p.grammar is not None
         self.grammar_checker.check(p.grammar, p.grammar_triggers)
+        if self.samplers.masks is not None:
+            self.samplers.masks.prepare(p.grammar)
 
     def logprob(self, batch_index: int, token: int, top_n: int) -> TokenLogprob:
         ptr = L.llama_get_logits_ith(self.ctx, batch_index)
@@ -306,6 +309,8 @@ class Runner:
             n += k
             last.append(n - 1)
         b.batch.n_tokens = n
+        if self.samplers.backend is not None:
+            self.samplers.backend.arrange(items)
         status = int(L.llama_decode(self.ctx, b.batch))
         return status, last
 

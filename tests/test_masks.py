@@ -36,3 +36,36 @@ def test_allowed_reads_every_set_bit_as_its_token_id(n_vocab: int) -> None:
             ids = np.unique(np.concatenate([ids, [0, n_vocab - 1]]))
         got = engine.allowed(BitsMatcher(ids, n_vocab, junk_tail=trial % 2 == 1))
         assert got.dtype.kind == "i" and np.array_equal(got, ids), (n_vocab, k)
+
+
+def test_a_prepared_grammar_is_not_converted_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``prepare`` (the prepare pool's threads, several at once) converts each grammar once;
+    the engine thread's later look-up finds it done."""
+    import threading
+
+    import engine.sampling.masks as masks
+    from engine.constraints.grammar import json_grammar
+
+    calls: list[str] = []
+    real = masks.gbnf_to_lark
+
+    def counting(text: str) -> str:
+        calls.append(text)
+        return real(text)
+
+    monkeypatch.setattr(masks, "gbnf_to_lark", counting)
+    engine = MaskEngine(None, 1000)
+    if not engine.enabled:
+        pytest.skip("llguidance is not installed")
+    grammars = [json_grammar({"type": "object", "properties": {f"k{i}": {"type": "integer"}},
+                              "required": [f"k{i}"]}).text for i in range(6)]
+    threads = [threading.Thread(target=engine.prepare, args=(grammars[i % 6],))
+               for i in range(24)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert set(calls) == set(grammars)
+    before = len(calls)
+    assert all(engine._spec(g) for g in grammars)  # what a masked step asks for
+    assert len(calls) == before

@@ -172,7 +172,7 @@ def sampling(body: Body, *, n_vocab: int, defaults: SamplingDefaults = LLAMA_CPP
         frequency_penalty=body.number("frequency_penalty", defaults.frequency_penalty,
                                       -2.0, 2.0),
         repeat_penalty=body.number("repeat_penalty", defaults.repeat_penalty, 0.0, 10.0),
-        seed=seed if seed is not None else secrets.randbits(32),
+        seed=seed if seed is not None else secrets.randbits(32), seeded=seed is not None,
         logit_bias=body.logit_bias(n_vocab),
         max_tokens=max_tokens,
         stop=body.stop(max_stop),

@@ -27,6 +27,7 @@ import llama_cpp
 import numpy as np
 
 from engine.request import SamplingParams
+from engine.sampling.backend import BackendSampling
 from engine.sampling.candidates import Candidates
 from engine.sampling.grammar_plan import Truncation
 from engine.sampling.grammar_step import GrammarChain, GrammarSteps
@@ -50,15 +51,21 @@ class Chain:
     floor: float = -np.inf  # the logit the candidates of the next token start at
     windowed: int = 0  # tokens sampled from the window
     full: int = 0  # tokens sampled from the whole vocabulary
+    # llama.cpp may run it in its graph (engine.sampling.backend): how it samples (None: no)
+    key: tuple[object, ...] | None = None
+    seed: int = 0
+    seq: int | None = None  # the sequence it is attached to there
+    live: bool = False  # the last decode sampled with it attached: read llama.cpp's token
 
 
 class Samplers:
     """Makes, runs and frees the samplers of one context's requests."""
 
-    def __init__(self, vocab: Any, n_vocab: int, ctx: Any) -> None:
+    def __init__(self, vocab: Any, n_vocab: int, ctx: Any, backend: bool = False) -> None:
         self.vocab = vocab
         self.n_vocab = n_vocab
         self.ctx = ctx
+        self.backend = BackendSampling(ctx) if backend else None
         self.cand = Candidates(ctx, n_vocab)
         self.grammar = GrammarSteps(vocab, n_vocab, self.cand)
         self._shortcuts = True
@@ -91,21 +98,30 @@ class Samplers:
         self.grammar.masks = engine
 
     def close(self) -> None:
+        if self.backend is not None:
+            self.backend.close()
         self.grammar.close()
 
-    def new(self, p: SamplingParams, history: Sequence[int]) -> Any:
+    def new(self, p: SamplingParams, history: Sequence[int], seq: int = -1) -> Any:
         """The request's sampler: one llama.cpp chain, or with a grammar a ``GrammarChain``
-        (the same samplers in parts, so the grammar can check only the best candidates)."""
+        (the same samplers in parts, so the grammar can check only the best candidates).
+        With backend sampling, an idle chain of ``seq`` that samples the same way."""
         if p.grammar:
             return self._grammar_chain(p, history)
-        chain = self._chain()
         pointwise = bool(p.logit_bias or p.penalized)
+        key = None
+        if self.backend is not None and not pointwise and p.logprobs is None:
+            key = (p.greedy, p.top_k, p.top_p, p.min_p, p.temperature)
+            idle = self.backend.reuse(key, p.seed, p.seeded, seq)
+            if idle is not None:
+                return idle
+        chain = self._chain()
         if pointwise:
             self._add_pointwise(chain, p, history)
         self._add_choice(chain, p)
         return Chain(chain, argmax=p.greedy and not pointwise,
                      top_k=0 if pointwise or p.greedy or p.top_k >= self.n_vocab else
-                     max(p.top_k, 0))
+                     max(p.top_k, 0), key=key, seed=p.seed)
 
     @staticmethod
     def _chain() -> Any:
@@ -194,6 +210,8 @@ class Samplers:
                 if part:
                     L.llama_sampler_free(part)
         elif sampler:
+            if self.backend is not None and self.backend.retire(sampler):
+                return  # still attached in llama.cpp, idle: the next request may take it
             L.llama_sampler_free(sampler.ptr)
 
     def accept(self, sampler: Any, token: int) -> None:
@@ -207,6 +225,10 @@ class Samplers:
     def sample(self, sampler: Any, batch_index: int) -> int:
         if isinstance(sampler, GrammarChain):
             return self.grammar.sample(sampler, batch_index)
+        if sampler.live and self.backend is not None:
+            picked = self.backend.token(batch_index)
+            if picked >= 0:
+                return picked
         if sampler.argmax and self._shortcuts:  # greedy keeps no state: nothing to accept
             return int(self.cand.row(batch_index).argmax())
         if sampler.top_k and self._shortcuts:
