@@ -40,7 +40,9 @@ class SamplingParams:
 
     @property
     def greedy(self) -> bool:
-        return self.temperature <= 0.0
+        """Temperature 0, or so small that llama.cpp's logit / temperature overflows to
+        infinity (and samples garbage): the highest logit either way."""
+        return self.temperature < 1e-30
 
     @property
     def penalized(self) -> bool:

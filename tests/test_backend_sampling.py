@@ -21,6 +21,8 @@ from typing import Any
 import httpx
 import jsonschema
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from openai import OpenAI
 
 from conftest import ServerProcess, require_model, same_greedy_text, start_server
@@ -132,6 +134,32 @@ def test_sampled_answers_are_the_same_distribution(servers: dict[bool, ServerPro
     assert sum(draws[True].values()) >= 200 and len(draws[True]) >= 20
     stat, crit = chi_square_same(draws[True], draws[False])
     assert stat < crit, (stat, crit, draws[True].most_common(10), draws[False].most_common(10))
+
+
+SAMPLING = st.fixed_dictionaries({}, optional={
+    "temperature": st.sampled_from([0.0, 4.5e-41, 1e-38, 1e-30, 1e-6, 0.5, 1.0, 2.0])
+    | st.floats(0, 2),
+    "top_k": st.sampled_from([0, 1, 2, 40, 49151, 49152, 49153, 10**9]),
+    "top_p": st.sampled_from([0.0, 1e-9, 0.5, 0.95, 1.0]) | st.floats(0, 1),
+    "min_p": st.sampled_from([0.0, 0.05, 0.5, 0.98, 0.99, 0.999, 0.9999999, 1.0]),
+    "seed": st.integers(-(2**63), 2**64 - 1)})
+
+
+@settings(max_examples=40, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(sampling=SAMPLING)
+def test_every_sampling_setting_samples_what_python_would(
+        servers: dict[bool, ServerProcess], sampling: dict[str, Any]) -> None:
+    """Any values the API takes (llama.cpp's graph forms abort or keep no candidate at some
+    of them: those requests sample in Python). Where the setting leaves one candidate, the
+    answer is greedy's (a temperature under 1e-30 overflowed llama.cpp's logit / temperature
+    on either path, and sampled garbage)."""
+    body = {"prompt": "Once upon a time", "max_tokens": 4, **sampling}
+    got = {on: complete(servers[on], body)["choices"][0]["text"] for on in (True, False)}
+    p = {"temperature": 0.8, "top_k": 40, "top_p": 0.95, "min_p": 0.05, **sampling}
+    if p["temperature"] <= 1e-5 or p["top_k"] == 1 or p["top_p"] <= 1e-9 or p["min_p"] >= 0.99:
+        greedy = complete(servers[False], {**body, "temperature": 0})["choices"][0]["text"]
+        assert got[True] == got[False] == greedy, (sampling, got, greedy)
 
 
 def test_requests_sampling_the_same_way_take_over_idle_chains(

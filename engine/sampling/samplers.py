@@ -35,6 +35,12 @@ from engine.sampling.masks import MaskEngine
 
 L: Any = llama_cpp  # the C API, untyped (see engine.runner)
 
+# llama.cpp's graph forms it cannot take: top_k past the vocabulary aborts the process,
+# and min_p keeps the logits strictly above max + ln(min_p), so at 1 (or where ln(min_p)
+# is under the maximum's rounding) it keeps none and samples garbage. Such requests
+# sample in Python.
+BACKEND_MIN_P_MAX = 0.99
+
 
 @dataclass
 class Chain:
@@ -110,7 +116,8 @@ class Samplers:
             return self._grammar_chain(p, history)
         pointwise = bool(p.logit_bias or p.penalized)
         key = None
-        if self.backend is not None and not pointwise and p.logprobs is None:
+        if self.backend is not None and not pointwise and p.logprobs is None \
+                and p.top_k <= self.n_vocab and p.min_p <= BACKEND_MIN_P_MAX:
             key = (p.greedy, p.top_k, p.top_p, p.min_p, p.temperature)
             idle = self.backend.reuse(key, p.seed, p.seeded, seq)
             if idle is not None:
