@@ -18,6 +18,7 @@ import httpx
 import numpy as np
 import openai
 import pytest
+from batch_lines import hold_every_sequence, jsonl, lines, wait
 from openai import OpenAI
 from openai.types import Batch
 
@@ -58,36 +59,12 @@ def chat_body(i: int, max_tokens: int = 8) -> dict[str, Any]:
             "messages": [{"role": "user", "content": f"Question {i}: what is {i} + {i}?"}]}
 
 
-def jsonl(url: str, bodies: list[dict[str, Any]]) -> bytes:
-    return b"".join(json.dumps({"custom_id": f"req-{i}", "method": "POST", "url": url,
-                                "body": b}).encode() + b"\n" for i, b in enumerate(bodies))
-
-
 def run(client: OpenAI, content: bytes, endpoint: str, timeout: float = 120) -> Batch:
     f = client.files.create(file=("input.jsonl", content), purpose="batch")
     batch = client.batches.create(input_file_id=f.id, endpoint=endpoint,  # type: ignore[arg-type]
                                   completion_window="24h", metadata={"job": "test"})
     assert batch.status == "validating" and batch.metadata == {"job": "test"}
     return wait(client, batch.id, timeout)
-
-
-def wait(client: OpenAI, batch_id: str, timeout: float = 120) -> Batch:
-    deadline = time.monotonic() + timeout
-    while True:
-        batch = client.batches.retrieve(batch_id)
-        if batch.status in ("completed", "failed", "cancelled", "expired"):
-            return batch
-        assert time.monotonic() < deadline, batch
-        time.sleep(0.1)
-
-
-def lines(client: OpenAI, file_id: str | None) -> dict[str, dict[str, Any]]:
-    if file_id is None:
-        return {}
-    out = [json.loads(x) for x in client.files.content(file_id).text.splitlines()]
-    by_id = {x["custom_id"]: x for x in out}
-    assert len(by_id) == len(out)  # every custom_id once
-    return by_id
 
 
 def same_chat(a: dict[str, Any], b: dict[str, Any]) -> None:
@@ -357,17 +334,7 @@ def test_an_interactive_request_does_not_wait_for_batch_lines(tmp_path: Path) ->
         bodies = [{"model": model, "temperature": 0, "max_tokens": tokens,
                    "messages": [{"role": "user", "content": f"Count from {i} to {i + 99}."}]}
                   for i in range(n)]
-        f = client.files.create(file=("input.jsonl", jsonl("/v1/chat/completions", bodies)),
-                                purpose="batch")
-        batch = client.batches.create(input_file_id=f.id, endpoint="/v1/chat/completions",
-                                      completion_window="24h")
-        deadline = time.monotonic() + 60
-        # both lines submitted and holding the two sequences (not still queued in the
-        # engine, where the user's request would simply go ahead of them)
-        while server.metrics()["llamaserve_batch_lines_running"] < 2 or \
-                server.metrics()["llamaserve_sequences_in_use"] < 2:
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
+        batch = hold_every_sequence(server, client, bodies, 2)
         user = {"model": model, "temperature": 0, "max_tokens": 4,
                 "messages": [{"role": "user", "content": "Say hi."}]}
         answer = httpx.post(f"{server.base_url}/chat/completions", json=user, timeout=60)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import math
-import time
 from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -21,11 +20,12 @@ from typing import Any
 import httpx
 import jsonschema
 import pytest
+from batch_lines import hold_every_sequence, lines, wait
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from openai import OpenAI
 
-from conftest import ServerProcess, require_model, same_greedy_text, start_server
+from conftest import ServerProcess, require_model, start_server
 
 PROMPTS = ["Write a haiku about the sea.", "Name three fruits.", "What is 2 + 2?",
            "Describe a cat in one sentence."]
@@ -222,11 +222,10 @@ def test_requests_that_need_the_logits_share_steps_with_it(
         steps = lp["choices"][0]["logprobs"]["content"]
         assert len(steps) >= lp["usage"]["completion_tokens"] - 1  # (an ending has none)
         assert all(t["logprob"] <= 0 and t["top_logprobs"] for t in steps)
-        ref = chat(servers[False], bodies[1])
-        assert same_greedy_text(lp["choices"][0]["message"]["content"],
-                                [t["token"] for t in ref["choices"][0]["logprobs"]["content"]],
-                                [{a["token"]: a["logprob"] for a in t["top_logprobs"]}
-                                 for t in ref["choices"][0]["logprobs"]["content"]])
+        # its own logits: its first tokens and their logprobs are the engine's own
+        ref = chat(servers[False], bodies[1])["choices"][0]["logprobs"]["content"]
+        for t, r in zip(steps[:3], ref[:3], strict=True):
+            assert t["token"] == r["token"] and abs(t["logprob"] - r["logprob"]) < 0.3
         if structured["choices"][0]["finish_reason"] == "stop":
             jsonschema.validate(json.loads(structured["choices"][0]["message"]["content"]),
                                 schema)
@@ -272,28 +271,14 @@ def test_a_request_that_loses_its_sequence_carries_on(tmp_path: Path) -> None:
         bodies = [{"model": "m", "temperature": 0, "max_tokens": 64,
                    "messages": [{"role": "user", "content": f"Count from {i} to {i + 99}."}]}
                   for i in range(3)]
-        content = b"".join(json.dumps({"custom_id": f"req-{i}", "method": "POST",
-                                       "url": "/v1/chat/completions", "body": b}).encode()
-                           + b"\n" for i, b in enumerate(bodies))
-        f = client.files.create(file=("input.jsonl", content), purpose="batch")
-        batch = client.batches.create(input_file_id=f.id, endpoint="/v1/chat/completions",
-                                      completion_window="24h")
-        deadline = time.monotonic() + 60
-        while server.metrics()["llamaserve_batch_lines_running"] < 2 or \
-                server.metrics()["llamaserve_sequences_in_use"] < 2:
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
+        batch = hold_every_sequence(server, client, bodies, 2)
         hi = chat(server, {"messages": [{"role": "user", "content": "Say hi."}],
                            "temperature": 0.7, "max_tokens": 4})
         assert hi["usage"]["completion_tokens"] > 0
         assert server.metrics()["llamaserve_sequences_suspended_total"] >= 1
-        while (done := client.batches.retrieve(batch.id)).status not in (
-                "completed", "failed", "cancelled", "expired"):
-            assert time.monotonic() < deadline + 120, done
-            time.sleep(0.1)
+        done = wait(client, batch.id)
         assert done.status == "completed" and done.output_file_id, done
-        out = {x["custom_id"]: x for x in map(
-            json.loads, client.files.content(done.output_file_id).text.splitlines())}
+        out = lines(client, done.output_file_id)
         assert server.metrics()[SAMPLED] > 0
         for i in range(len(bodies)):
             got = out[f"req-{i}"]["response"]
