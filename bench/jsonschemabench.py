@@ -128,7 +128,11 @@ def run_server(url: str, schemas: dict[str, list[tuple[str, Any]]], strict: bool
                     value = json.loads(choice["message"]["content"] or "")
                 except ValueError:
                     counts["broken"] += 1
-                    counts.setdefault("broken_why", []).append(f"{name}: not JSON")
+                    text = choice["message"]["content"] or ""
+                    counts.setdefault("broken_why", []).append(
+                        f"{name}: not JSON ({choice['finish_reason']}, {len(text)} chars, "
+                        f"ends {text[-80:]!r})")
+                    counts.setdefault("broken_text", []).append(text)
                     continue
                 why = schema_errors(value, schema)
                 counts["valid" if why is None else "broken"] += 1
