@@ -425,3 +425,21 @@ def test_a_relaxed_bound_allows_more_and_a_kept_bound_is_still_enforced(
     words = json_grammar({"type": "string", "pattern": "^a{1,300000}$"})
     assert checker.accepts(words, json.dumps("a" * 1500))
     assert not checker.accepts(words, json.dumps("ab"))
+
+
+def test_other_keys_after_an_optional_property_take_their_comma(
+        checker: GrammarChecker) -> None:
+    """llama-cpp-python's port wrote the keys ``additionalProperties`` allows after the last
+    optional property without a comma, and not optional: a JSONSchemaBench answer came back
+    as ``{"basic": "..."} "description_json": ...`` with a 200."""
+    for extra, v in ((True, "{}"), ({"type": "integer"}, "3")):
+        for required in ([], ["a"]):
+            g = json_grammar({"type": "object", "required": required,
+                              "properties": {"a": {"type": "integer"},
+                                             "b": {"type": "integer"}},
+                              "additionalProperties": extra})
+            for text in ('{"a": 1}', '{"a": 1, "b": 2}', f'{{"a": 1, "b": 2, "zz": {v}}}',
+                         f'{{"a": 1, "zz": {v}}}', f'{{"a": 1, "zz": {v}, "yy": {v}}}'):
+                assert checker.accepts(g, text), (extra, required, text)
+            for text in (f'{{"a": 1 "zz": {v}}}', f'{{"a": 1, "b": 2 "zz": {v}}}', '{"a": 1,}'):
+                assert not checker.accepts(g, text), (extra, required, text)

@@ -152,7 +152,29 @@ class _Converter(_G.SchemaConverter):  # type: ignore[misc]
 
     def _build_object_rule(self, properties: list[tuple[str, Any]], required: set[str],
                            name: str, additional_properties: Any) -> Any:
-        rule = super()._build_object_rule(properties, required, name, additional_properties)
+        # llama-cpp-python's port writes the other keys after the last optional property
+        # with no comma and not optional (llama.cpp: ( "," space kv )*): `{"a": 1 "x": 2}`
+        prev = self.__dict__.get("_add_rule")  # (an enclosing object's, when nested)
+        add: Callable[[str, str], Any] = prev or super()._add_rule
+        seen: dict[str, str] = {}
+
+        def add_rule(rule_name: str, body: str) -> str:
+            if rule_name.endswith("-rest") and body == seen.get("kvs"):
+                body = f'( "," space {seen["kv"]} )*'
+            key = str(add(rule_name, body))
+            if rule_name.endswith("additional-kv"):
+                seen["kv"] = key
+            elif rule_name.endswith("additional-kvs"):
+                seen["kvs"] = key
+            return key
+
+        self.__dict__["_add_rule"] = add_rule
+        try:
+            rule = super()._build_object_rule(properties, required, name,
+                                              additional_properties)
+        finally:
+            self.__dict__.pop("_add_rule") if prev is None else self.__dict__.update(
+                _add_rule=prev)
         extra = f"{name}{'-' if name else ''}additional-kv"
         if properties and extra in self._rules and \
                 self._rules[extra].startswith("string "):
