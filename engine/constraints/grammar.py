@@ -150,31 +150,21 @@ class _Converter(_G.SchemaConverter):  # type: ignore[misc]
                 return self._add_rule(rule, f"{value} space")
         return super().visit(schema, name)
 
+    def _add_rule(self, name: str, rule: str) -> str:
+        # llama-cpp-python's port writes an object's other keys after its last optional
+        # property as a bare `kvs` rest (no comma, not optional: `{"a": 1 "x": 2}`);
+        # llama.cpp's converter writes ( "," space kv )*
+        kvs: dict[str, str] = self.__dict__.setdefault("_other_kvs", {})
+        if name.endswith("-rest") and rule in kvs:
+            rule = f'( "," space {kvs[rule]} )*'
+        key = str(super()._add_rule(name, rule))
+        if name.endswith("additional-kvs"):
+            kvs[key] = rule.split(" ", 1)[0]  # (its body: kv ( "," space kv )*)
+        return key
+
     def _build_object_rule(self, properties: list[tuple[str, Any]], required: set[str],
                            name: str, additional_properties: Any) -> Any:
-        # llama-cpp-python's port writes the other keys after the last optional property
-        # with no comma and not optional (llama.cpp: ( "," space kv )*): `{"a": 1 "x": 2}`
-        prev = self.__dict__.get("_add_rule")  # (an enclosing object's, when nested)
-        add: Callable[[str, str], Any] = prev or super()._add_rule
-        seen: dict[str, str] = {}
-
-        def add_rule(rule_name: str, body: str) -> str:
-            if rule_name.endswith("-rest") and body == seen.get("kvs"):
-                body = f'( "," space {seen["kv"]} )*'
-            key = str(add(rule_name, body))
-            if rule_name.endswith("additional-kv"):
-                seen["kv"] = key
-            elif rule_name.endswith("additional-kvs"):
-                seen["kvs"] = key
-            return key
-
-        self.__dict__["_add_rule"] = add_rule
-        try:
-            rule = super()._build_object_rule(properties, required, name,
-                                              additional_properties)
-        finally:
-            self.__dict__.pop("_add_rule") if prev is None else self.__dict__.update(
-                _add_rule=prev)
+        rule = super()._build_object_rule(properties, required, name, additional_properties)
         extra = f"{name}{'-' if name else ''}additional-kv"
         if properties and extra in self._rules and \
                 self._rules[extra].startswith("string "):
