@@ -443,3 +443,15 @@ def test_other_keys_after_an_optional_property_take_their_comma(
                 assert checker.accepts(g, text), (extra, required, text)
             for text in (f'{{"a": 1 "zz": {v}}}', f'{{"a": 1, "b": 2 "zz": {v}}}', '{"a": 1,}'):
                 assert not checker.accepts(g, text), (extra, required, text)
+
+
+def test_additional_properties_true_takes_any_value(checker: GrammarChecker) -> None:
+    """``additionalProperties: true`` beside properties allows any JSON value under another
+    key (llama-cpp-python's port wrote it as objects only: every such answer was an object)."""
+    for required in ([], ["a"]):
+        g = json_grammar({"type": "object", "required": required,
+                          "properties": {"a": {"type": "integer"}},
+                          "additionalProperties": True})
+        for v in ('"text"', "-2.5", "7", "true", "null", "[1, \"x\"]", '{"k": [null]}'):
+            assert checker.accepts(g, f'{{"a": 1, "zz": {v}}}'), (required, v)
+        assert not checker.accepts(g, '{"a": "one"}')  # its own property keeps its schema

@@ -393,6 +393,8 @@ class _Localizer(KeywordRules):
             pass
         if out.get("additionalProperties") is True and "properties" not in out:
             del out["additionalProperties"]  # any other key: what an object allows anyway
+        elif out.get("additionalProperties") is True:  # the converter writes `true` as
+            out = {**out, "additionalProperties": {"type": list(ANY_TYPES)}}  # objects only
         if "required" in out and "properties" not in out and out.get("type") in (
                 None, "object") and not set(out) & {"anyOf", "oneOf", "allOf"} and \
                 out.get("additionalProperties") is not False:
