@@ -17,7 +17,9 @@ order) runs in one or more modes side by side:
 Per dataset: valid answers, refused schemas (a 400 or a grammar error), cut off (the
 length limit or the walk's), and broken (ended normally, breaks the schema: must be 0),
 plus compile time per schema (p50, p99, max; through a server, what the schema adds to a
-one-token answer whose prompt is cached). Prints a table, writes JSON (``--out``).
+one-token answer whose prompt is cached; ``--compile-only`` measures that alone, generating no
+answers, and ``--dataset`` keeps only the datasets named). Prints a table, writes JSON
+(``--out``).
 
     python bench/jsonschemabench.py --corpus ~/jsonschemabench/data --per-dataset 6 \\
         --mode engine --server http://127.0.0.1:8000 --server http://127.0.0.1:8080
@@ -94,10 +96,11 @@ def run_engine(schemas: dict[str, list[tuple[str, Any]]], strict: bool, seeds: i
 
 
 def run_server(url: str, schemas: dict[str, list[tuple[str, Any]]], strict: bool,
-               max_tokens: int) -> dict[str, Any]:
+               max_tokens: int, compile_only: bool = False) -> dict[str, Any]:
     """Each schema through a server. Its compile time is what the schema adds to a
     one-token answer: the same request timed without ``response_format`` (which also
-    puts the prompt in the server's prefix cache), then with it; the same for any server."""
+    puts the prompt in the server's prefix cache), then with it; the same for any server.
+    ``compile_only``: that time alone (a refusal still counts), no answer generated."""
     result: dict[str, Any] = {}
     with httpx.Client(base_url=url, timeout=600) as http:
         for dataset, items in schemas.items():
@@ -114,12 +117,16 @@ def run_server(url: str, schemas: dict[str, list[tuple[str, Any]]], strict: bool
                 _timed(http, {**body, "max_tokens": 1})  # (the prompt cached: the baseline)
                 free = min(free, _timed(http, {**body, "max_tokens": 1}))
                 first = _timed(http, {**constrained, "max_tokens": 1})
-                r = http.post("/v1/chat/completions", json=constrained)
+                r = http.post("/v1/chat/completions",
+                              json={**constrained, "max_tokens": 1} if compile_only
+                              else constrained)
                 if r.status_code != 200:
                     counts["refused"] += 1
                     counts.setdefault("why", []).append(f"{name}: {r.text[:160]}")
                     continue
                 times.append(max(0.0, first - free))
+                if compile_only:
+                    continue
                 choice = r.json()["choices"][0]
                 if choice["finish_reason"] == "length":
                     counts["cut_off"] += 1
@@ -161,6 +168,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--corpus", type=Path, required=True, help="jsonschemabench's data/")
     ap.add_argument("--per-dataset", type=int, default=6)
+    ap.add_argument("--dataset", action="append", default=[],
+                    help="only these datasets (default: all ten)")
+    ap.add_argument("--compile-only", action="store_true",
+                    help="servers: time each schema's compile, generate no answers")
     ap.add_argument("--mode", action="append", default=[], choices=["engine"])
     ap.add_argument("--server", action="append", default=[])
     ap.add_argument("--strict", action="store_true", help="strict schemas for servers")
@@ -172,6 +183,8 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("jsonschemabench.json"))
     args = ap.parse_args()
     schemas = sample(args.corpus, args.per_dataset)
+    if args.dataset:
+        schemas = {k: v for k, v in schemas.items() if k in args.dataset}
     runs: dict[str, Any] = {}
     if "engine" in args.mode:
         for strict in (True, False):
@@ -179,7 +192,7 @@ def main() -> None:
                                                          args.model)
     for url in args.server:
         runs[f"{url} strict={args.strict}"] = run_server(url, schemas, args.strict,
-                                                         args.max_tokens)
+                                                         args.max_tokens, args.compile_only)
     args.out.write_text(json.dumps(runs, indent=1))
     cols = ("valid", "refused", "cut_off", "broken")
     for run, per in runs.items():
