@@ -455,3 +455,26 @@ def test_additional_properties_true_takes_any_value(checker: GrammarChecker) -> 
         for v in ('"text"', "-2.5", "7", "true", "null", "[1, \"x\"]", '{"k": [null]}'):
             assert checker.accepts(g, f'{{"a": 1, "zz": {v}}}'), (required, v)
         assert not checker.accepts(g, '{"a": "one"}')  # its own property keeps its schema
+
+
+def test_properties_of_the_same_bounds_share_their_rules(checker: GrammarChecker) -> None:
+    """A 64-bit integer range or a string length is written once however many properties
+    repeat it (real schemas repeat them dozens of times: the grammar grew by ~12 KB each),
+    and every property keeps its own bounds."""
+    big = {"type": "integer", "minimum": 0, "maximum": 9223372036854775807}
+
+    def schema(n: int) -> dict[str, Any]:
+        props: dict[str, Any] = {f"n{i}": dict(big) for i in range(n)}
+        props |= {f"s{i}": {"type": "string", "maxLength": 40, "description": f"{i}"}
+                  for i in range(n)}
+        props["short"] = {"type": "string", "minLength": 2, "maxLength": 3}
+        return {"type": "object", "properties": props, "required": list(props)}
+
+    one, many = json_grammar(schema(1)), json_grammar(schema(30))
+    assert len(many.text) < 3 * len(one.text), (len(one.text), len(many.text))
+    ok = {"n0": 9223372036854775807, "n1": 0, "s0": "x" * 40, "s1": "", "short": "ab"}
+    g = json_grammar({**schema(2), "required": list(ok)})
+    assert checker.accepts(g, json.dumps(ok))
+    for bad in ({"n1": -1}, {"n0": 9223372036854775808}, {"s1": "x" * 41}, {"short": "a"},
+                {"short": "abcd"}):
+        assert not checker.accepts(g, json.dumps({**ok, **bad})), bad
