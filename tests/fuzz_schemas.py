@@ -61,12 +61,18 @@ def counted(draw: st.DrawFn) -> dict[str, Any]:
     return schema
 
 
+PATTERN_ALPHABET = "[]{}()|.*+?^$\\-a0,"
+
+
 @st.composite
 def patterned(draw: st.DrawFn) -> dict[str, Any]:
-    if draw(st.booleans()):
+    kind = draw(st.sampled_from(["shape", "trap", "any"]))
+    if kind == "shape":
         pattern = draw(st.sampled_from(PATTERN_SHAPES)).format(n=draw(st.sampled_from(REPEATS)))
-    else:
+    elif kind == "trap":
         pattern = draw(st.sampled_from(TRAPS))
+    else:  # any text of regex syntax: stray closers, unbalanced groups, bare quantifiers
+        pattern = draw(st.text(alphabet=PATTERN_ALPHABET, max_size=14))
     schema: dict[str, Any] = {"type": "string", "pattern": pattern}
     if draw(st.booleans()):
         schema["maxLength"] = draw(st.sampled_from(COUNTS))

@@ -7,11 +7,14 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import signal
 from collections.abc import Iterator
 from enum import Enum
 from typing import Any, Literal, Optional
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from conftest import require_model
@@ -34,6 +37,7 @@ from engine.constraints.json_schema import (
     SchemaSet,
     relax_pattern,
 )
+from fuzz_schemas import PATTERN_ALPHABET
 
 
 class Color(str, Enum):
@@ -478,3 +482,32 @@ def test_properties_of_the_same_bounds_share_their_rules(checker: GrammarChecker
     for bad in ({"n1": -1}, {"n0": 9223372036854775808}, {"s1": "x" * 41}, {"short": "a"},
                 {"short": "abcd"}):
         assert not checker.accepts(g, json.dumps({**ok, **bad})), bad
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.text(alphabet=PATTERN_ALPHABET, max_size=14))
+def test_any_pattern_text_converts_or_is_refused_at_once(pattern: str) -> None:
+    """Every pattern the converter is handed ends: a grammar or a GrammarError. The port's
+    reader looped forever on a stray ``]`` or ``}`` (a JSONSchemaBench schema's
+    ``^[[a-z]*[-]?[a-z]*]*$`` held a thread and a core of the server until restart)."""
+    def hung(*_: Any) -> None:
+        raise TimeoutError(pattern)
+
+    old = signal.signal(signal.SIGALRM, hung)
+    signal.setitimer(signal.ITIMER_REAL, 5.0)
+    try:
+        json_grammar({"type": "string", "pattern": pattern})
+    except GrammarError:
+        pass
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def test_a_stray_closer_is_the_character_itself(checker: GrammarChecker) -> None:
+    g = json_grammar({"type": "string", "pattern": "^[[a-z]*[-]?[a-z]*]*$"})
+    assert checker.accepts(g, '"[ab-cd]]"') and checker.accepts(g, '"x"')
+    assert not checker.accepts(g, '"x}"')
+    h = json_grammar({"type": "string", "pattern": "^a}{1,2}b$"})
+    assert checker.accepts(h, '"a}b"') and checker.accepts(h, '"a}}b"')
+    assert not checker.accepts(h, '"ab"')

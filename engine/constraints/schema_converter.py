@@ -1,0 +1,188 @@
+"""llama-cpp-python's JSON Schema converter (``llama_cpp.llama_grammar.SchemaConverter``, pure
+Python), and what this project changes in it (``_Converter``):
+
+- a bounded integer or number written as the pattern of its range (``schema_numbers``), and
+  each distinct bound (a range, a string length) one rule shared by every property that
+  repeats it;
+- an object's other keys (``additionalProperties``) as strings that are none of its declared
+  names, with their commas after its last optional property;
+- a custom tool's grammar inside a JSON string (``lark_rules``);
+- a pattern's stray ``]`` or ``}`` read as the character it is (the port's pattern reader
+  loops forever on one: a request's schema held a thread and a core until restart).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import llama_cpp.llama_grammar
+
+from engine.constraints.lark_rules import (
+    CUSTOM_GRAMMAR,
+    GrammarSyntaxError,
+    add_rules,
+    parse_custom,
+)
+from engine.constraints.regex_rules import class_char, gbnf_literal
+from engine.constraints.schema_numbers import number_bounds
+from engine.constraints.schema_patterns import JSON_UNSAFE
+
+_G: Any = llama_cpp.llama_grammar  # untyped Python module: used through Any
+
+
+class GrammarError(ValueError):
+    """A schema the converter cannot turn into a grammar (a 400 for the request);
+    ``tools`` tells whether a tool's parameters were the cause (else the response format)."""
+
+    tools = False
+
+
+_gbnf_literal = gbnf_literal
+_PLAIN_STRING = {"type", "minLength", "maxLength", "description", "title", "examples",
+                 "default", "$comment"}
+
+
+def stray_closers_as_classes(pattern: str) -> str:
+    """``pattern`` with each ``]`` or ``}`` that closes nothing as a class of itself: a
+    regular expression reads one as itself, and the port's pattern reader (which takes a
+    class up to its first ``]`` and a count up to its first ``}``, as this scan does) never
+    moves past it."""
+    out, i, n = [], 0, len(pattern)
+    while i < n:
+        c = pattern[i]
+        if c == "\\":
+            out.append(pattern[i:i + 2])
+            i += 2
+            continue
+        if c in "[{":
+            close = "]" if c == "[" else "}"
+            j = i + 1
+            while j < n and pattern[j] != close:
+                j += 2 if pattern[j] == "\\" and c == "[" else 1
+            out.append(pattern[i:j + 1])
+            i = j + 1
+            continue
+        # a class of one: a quantifier after it takes it alone (an escape would join
+        # the literal before it)
+        out.append({"]": "[\\]]", "}": "[}]"}.get(c, c))
+        i += 1
+    return "".join(out)
+
+
+class _Converter(_G.SchemaConverter):  # type: ignore[misc]
+    """llama-cpp-python's converter, and what it does not write: a bounded integer or
+    number as the pattern of its range (``schema_numbers``), and an object's other
+    keys (``additionalProperties``) as strings that are none of its declared names, so no
+    key can repeat one with a value of another schema."""
+
+    def visit(self, schema: Any, name: str) -> Any:
+        if isinstance(schema, dict) and isinstance(schema.get(CUSTOM_GRAMMAR), dict):
+            rule = f"{name}-" if name in _G.RESERVED_NAMES else name or "root"
+            inner = custom_rule(self, schema[CUSTOM_GRAMMAR], rule, json_mode=True)
+            return self._add_rule(rule, f'"\\"" {inner} "\\"" space')
+        if isinstance(schema, dict) and "$ref" not in schema and "anyOf" not in schema \
+                and "oneOf" not in schema:
+            pattern = number_bounds(schema)
+            if pattern is not None:
+                rule = f"{name}-" if name in _G.RESERVED_NAMES else name or "root"
+                value = self._shared(("number", pattern),
+                                     lambda: self._number_pattern(pattern, f"{rule}-number"))
+                return self._add_rule(rule, f"{value} space")
+            if schema.get("type") == "string" and set(schema) <= _PLAIN_STRING and \
+                    ("minLength" in schema or "maxLength" in schema):
+                rule = f"{name}-" if name in _G.RESERVED_NAMES else name or "root"
+                low, high = schema.get("minLength", 0), schema.get("maxLength")
+                return self._add_rule(rule, self._shared(("string", low, high), lambda: str(
+                    super(_Converter, self).visit(
+                        {"type": "string", "minLength": low, "maxLength": high},
+                        f"string-{low}-{high}"))))
+        return super().visit(schema, name)
+
+    def _visit_pattern(self, pattern: str, name: str) -> Any:
+        return super()._visit_pattern(stray_closers_as_classes(pattern), name)
+
+    def _shared(self, key: tuple[Any, ...], make: Any) -> str:
+        """One rule for every schema of the same bounds: a 64-bit integer range is ~12 KB of
+        rules and a string of at most 1,024 characters ~8 KB, and real schemas repeat them
+        over dozens of properties (a Snowplow schema's grammar: 308 KB -> 22 KB)."""
+        rules: dict[tuple[Any, ...], str] = self.__dict__.setdefault("_shared_rules", {})
+        if key not in rules:
+            rules[key] = make()
+        return rules[key]
+
+    def _number_pattern(self, pattern: str, name: str) -> str:
+        self._raw_pattern = True
+        try:
+            return str(self._visit_pattern(pattern, name))
+        finally:
+            self._raw_pattern = False
+
+    def _add_rule(self, name: str, rule: str) -> str:
+        # llama-cpp-python's port writes an object's other keys after its last optional
+        # property as a bare `kvs` rest (no comma, not optional: `{"a": 1 "x": 2}`);
+        # llama.cpp's converter writes ( "," space kv )*
+        kvs: dict[str, str] = self.__dict__.setdefault("_other_kvs", {})
+        if name.endswith("-rest") and rule in kvs:
+            rule = f'( "," space {kvs[rule]} )*'
+        key = str(super()._add_rule(name, rule))
+        if name.endswith("additional-kvs"):
+            kvs[key] = rule.split(" ", 1)[0]  # (its body: kv ( "," space kv )*)
+        return key
+
+    def _build_object_rule(self, properties: list[tuple[str, Any]], required: set[str],
+                           name: str, additional_properties: Any) -> Any:
+        rule = super()._build_object_rule(properties, required, name, additional_properties)
+        extra = f"{name}{'-' if name else ''}additional-kv"
+        if properties and extra in self._rules and \
+                self._rules[extra].startswith("string "):
+            keys = self._other_names([k for k, _ in properties], f"{extra}-key")
+            self._rules[extra] = keys + self._rules[extra][len("string"):]
+        return rule
+
+    def _other_names(self, names: list[str], rule: str) -> str:
+        """A rule for JSON strings written without escapes that are none of ``names``."""
+        trie: dict[str, Any] = {}
+        for n in names:
+            node = trie
+            for c in n:
+                node = node.setdefault(c, {})
+            node[""] = {}  # a name ends here
+        free = self._add_rule("other-name-char", f"[^{JSON_UNSAFE}]")
+        counter = iter(range(1 << 30))
+
+        def walk(node: dict[str, Any]) -> str:
+            chars = [c for c in node if c]
+            alts = []
+            if chars:
+                listed = "".join(_class_char(c) for c in chars)
+                alts.append(f"[^{listed}{JSON_UNSAFE}] {free}*")
+            else:
+                alts.append(f"{free}+")
+            for c in chars:
+                alts.append(f"{_gbnf_literal(c)} {walk(node[c])}")
+            if "" not in node:
+                alts.append('""')  # the key may end here: no name ends here
+            return str(self._add_rule(f"{rule}-{next(counter)}", " | ".join(alts)))
+
+        return str(self._add_rule(rule, f'"\\"" {walk(trie)} "\\"" space'))
+
+
+def custom_rule(conv: Any, spec: dict[str, Any], name: str, json_mode: bool) -> str:
+    """The rule of the text a custom tool's grammar (``engine.constraints.lark_rules``) allows, bare
+    or as the inside of a JSON string (``json_mode``)."""
+    try:
+        grammar = parse_custom(spec.get("syntax"), spec.get("definition"))
+        return add_rules(conv, grammar, f"{name}-custom", json_mode)
+    except (GrammarSyntaxError, ValueError) as exc:
+        raise GrammarError(f"cannot build the tool's custom grammar: {exc}") from None
+
+
+def _class_char(c: str) -> str:
+    """``c`` as an item of a GBNF character class."""
+    return class_char(ord(c))
+
+
+def _converter() -> Any:
+    return _Converter(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False)
+
+
