@@ -393,8 +393,9 @@ class _Localizer(KeywordRules):
             pass
         if out.get("additionalProperties") is True and "properties" not in out:
             del out["additionalProperties"]  # any other key: what an object allows anyway
-        elif out.get("additionalProperties") is True:  # the converter writes `true` as
-            out = {**out, "additionalProperties": {"type": list(ANY_TYPES)}}  # objects only
+        elif out.get("additionalProperties") is True:
+            # any value (the converter writes `true` beside properties as objects only)
+            out = {**out, "additionalProperties": {"type": list(ANY_TYPES)}}
         if "required" in out and "properties" not in out and out.get("type") in (
                 None, "object") and not set(out) & {"anyOf", "oneOf", "allOf"} and \
                 out.get("additionalProperties") is not False:

@@ -70,10 +70,12 @@ def stray_closers_as_classes(pattern: str) -> str:
 
 
 class _Converter(_G.SchemaConverter):  # type: ignore[misc]
-    """llama-cpp-python's converter, and what it does not write: a bounded integer or
-    number as the pattern of its range (``schema_numbers``), and an object's other
-    keys (``additionalProperties``) as strings that are none of its declared names, so no
-    key can repeat one with a value of another schema."""
+    """llama-cpp-python's converter with the changes the module's docstring lists."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._shared_rules: dict[tuple[Any, ...], str] = {}  # a bound's key: its rule
+        self._other_kvs: dict[str, str] = {}  # an additional-kvs rule: its kv rule
 
     def visit(self, schema: Any, name: str) -> Any:
         if isinstance(schema, dict) and isinstance(schema.get(CUSTOM_GRAMMAR), dict):
@@ -105,10 +107,9 @@ class _Converter(_G.SchemaConverter):  # type: ignore[misc]
         """One rule for every schema of the same bounds: a 64-bit integer range is ~12 KB of
         rules and a string of at most 1,024 characters ~8 KB, and real schemas repeat them
         over dozens of properties (a Snowplow schema's grammar: 308 KB -> 22 KB)."""
-        rules: dict[tuple[Any, ...], str] = self.__dict__.setdefault("_shared_rules", {})
-        if key not in rules:
-            rules[key] = make()
-        return rules[key]
+        if key not in self._shared_rules:
+            self._shared_rules[key] = make()
+        return self._shared_rules[key]
 
     def _number_pattern(self, pattern: str, name: str) -> str:
         self._raw_pattern = True
@@ -121,12 +122,11 @@ class _Converter(_G.SchemaConverter):  # type: ignore[misc]
         # llama-cpp-python's port writes an object's other keys after its last optional
         # property as a bare `kvs` rest (no comma, not optional: `{"a": 1 "x": 2}`);
         # llama.cpp's converter writes ( "," space kv )*
-        kvs: dict[str, str] = self.__dict__.setdefault("_other_kvs", {})
-        if name.endswith("-rest") and rule in kvs:
-            rule = f'( "," space {kvs[rule]} )*'
+        if name.endswith("-rest") and rule in self._other_kvs:
+            rule = f'( "," space {self._other_kvs[rule]} )*'
         key = str(super()._add_rule(name, rule))
         if name.endswith("additional-kvs"):
-            kvs[key] = rule.split(" ", 1)[0]  # (its body: kv ( "," space kv )*)
+            self._other_kvs[key] = rule.split(" ", 1)[0]  # (its body: kv ( "," space kv )*)
         return key
 
     def _build_object_rule(self, properties: list[tuple[str, Any]], required: set[str],
