@@ -167,6 +167,18 @@ RUNNERS: dict[str, Runner] = {"opencode": run_opencode, "kilo": run_kilo, "cline
                               "qwen": run_qwen_code, "cn": run_continue, "aider": run_aider}
 
 
+def stopped_at_output_limit(name: str, stdout: str) -> bool:
+    """The CLI's own report that the model's answer ran into its output-token limit."""
+    if name in ("opencode", "kilo"):
+        finished = [e for e in json_lines(stdout) if e["type"] == "step_finish"]
+        return bool(finished) and finished[-1]["part"]["reason"] == "length"
+    if name == "cline":
+        result = [e for e in json_lines(stdout) if e.get("type") == "run_result"]
+        return bool(result) and result[-1]["finishReason"] == "error" \
+            and "maximum output token limit" in result[-1].get("text", "")
+    return False
+
+
 def turn_done(name: str, stdout: str) -> bool:
     """The CLI's own report that its turn ended normally."""
     if name in ("opencode", "kilo"):
@@ -208,6 +220,11 @@ class Exchange:
     def usage(self) -> dict[str, Any]:
         found = [c["usage"] for c in self.chunks() if c.get("usage")]
         return dict(found[-1]) if found else {}
+
+    def finish_reason(self) -> str | None:
+        found = [choice["finish_reason"] for chunk in self.chunks()
+                 for choice in chunk.get("choices", []) if choice.get("finish_reason")]
+        return found[-1] if found else None
 
     def text(self) -> str:
         return "".join(choice.get("delta", {}).get("content") or ""

@@ -13,11 +13,14 @@ One server holds two models, shared by every test:
   each on two CPU cores: the model calls the CLI's read tool, the CLI runs it, the file goes
   back as a `tool` message and the long prompt is read from the prefix cache), Continue's
   (~2,300 tokens, `Read`), the AI SDK's (`streamText` with a tool: the streamed call
-  parsed, the tool run, its result sent back), and Aider's (the file is in its prompt);
+  parsed, the tool run, its result sent back), and Aider's (the file is in its prompt).
+  What it answers after the tool result is its own: an answer, or (at some prompts) bare
+  JSON calls until `max_tokens`, which opencode and Cline report as an output-limit stop;
 - the tiny random-weight model with Qwen2.5-Coder's real tokenizer and template
-  (tests/make_tiny_model.py; answers that end after a few tokens) takes Kilo's and Qwen
-  Code's default turns (~12,000 and ~17,500 tokens), which it prefills in seconds. On the
-  0.5B model they take 3.5 and 8.5 minutes, and the model answers them in text rather than
+  (tests/make_tiny_model.py; answers that end after a few tokens) takes each CLI's whole
+  default turn to its end: opencode's, Cline's, Kilo's and Qwen Code's (~12,000 and
+  ~17,500 tokens for the last two), which it prefills in seconds. On the 0.5B model Kilo's
+  and Qwen Code's take 3.5 and 8.5 minutes, and the model answers them in text rather than
   calling a tool (measured greedy; bench/agent_cli_turns.py runs them sampled). Kilo is a
   fork of opencode and sends through the same AI SDK provider.
 
@@ -46,6 +49,7 @@ from agent_clis import (
     Traffic,
     Workspace,
     find_binary,
+    stopped_at_output_limit,
     turn_done,
 )
 
@@ -62,6 +66,8 @@ from conftest import (
 
 TINY = "tiny-qwen"
 TURN_TIMEOUT = 600  # s per CLI run
+MAX_OUTPUT = 128  # the coder model's max_tokens where a CLI sends none
+
 
 
 def binary(name: str) -> str:
@@ -73,7 +79,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     # 128: room for a call naming a long tmp path; answers after a tool result are cut
     # there. Greedy where a CLI sends no temperature: the 0.5B model's choice to call the
     # tool (rather than write it as text) is then the same every run
-    coder = qwen_config(n_ctx=12288, n_seq_max=2, max_output_tokens=128,
+    coder = qwen_config(n_ctx=12288, n_seq_max=2, max_output_tokens=MAX_OUTPUT,
                         sampling={"temperature": 0})["model"]
     tiny = tiny_qwen_config(ending=True, n_ctx=32768, n_seq_max=2)["model"]
     s = start_server({"server": {"host": "127.0.0.1", "max_loaded_models": 2},
@@ -86,10 +92,14 @@ def traffic(server: ServerProcess) -> Traffic:
     return Traffic(CAPTURE / f"{server.proc.pid}.jsonl")
 
 
-def run_cli(name: str, server: ServerProcess, tmp: Path, alias: str) -> str:
+def run_turn(name: str, server: ServerProcess, tmp: Path,
+             alias: str) -> subprocess.CompletedProcess[str]:
     binary(name)
-    ws = Workspace.make(tmp)
-    proc = RUNNERS[name](ws, server.base_url, alias, TURN_TIMEOUT)
+    return RUNNERS[name](Workspace.make(tmp), server.base_url, alias, TURN_TIMEOUT)
+
+
+def run_cli(name: str, server: ServerProcess, tmp: Path, alias: str) -> str:
+    proc = run_turn(name, server, tmp, alias)
     assert proc.returncode == 0, (proc.stdout[-1500:], proc.stderr[-1500:])
     assert turn_done(name, proc.stdout), proc.stdout[-1500:]
     return proc.stdout
@@ -116,7 +126,7 @@ def test_version_is_pinned(name: str) -> None:
 
 
 @pytest.mark.parametrize(("name", "min_tools", "min_prompt"), [
-    ("kilo", 8, 9000), ("qwen", 10, 9000)])
+    ("opencode", 8, 5000), ("cline", 15, 4000), ("kilo", 8, 9000), ("qwen", 10, 9000)])
 def test_each_cli_completes_its_default_turn(server: ServerProcess, tmp_path: Path,
                                               name: str, min_tools: int,
                                               min_prompt: int) -> None:
@@ -136,9 +146,17 @@ def test_cli_calls_a_tool_on_a_real_model_and_sends_its_result_back(
     """The whole default turn on Qwen2.5-Coder-0.5B: the model reads hello.txt with the
     CLI's own tool (a streamed call), the CLI runs it, and the next request carries the
     file back as a `tool` message with the call's id, its long prompt read from the prefix
-    cache; the turn ends and the CLI reports it done."""
+    cache.
+
+    What the model answers then is the model's: greedy, the 0.5B model either answers, and
+    the CLI reports its turn done, or writes bare JSON calls of every tool until
+    `max_tokens`, depending on the prompt's bytes (the date, the workspace's path: a short
+    fixed path made it write a wrong one). Both are judged:
+    the CLI exits 0 and reports the turn done, or it stops on its own output-limit rule,
+    the server's last answer having ended with `finish_reason: "length"` at the limit.
+    The completed turn itself is checked on the tiny model (above)."""
     seen = traffic(server)
-    run_cli(name, server, tmp_path, COMPAT_MODEL)
+    proc = run_turn(name, server, tmp_path, COMPAT_MODEL)
     turns = check_default_turn(seen, min_tools)
     first = turns[0]
     assert first.usage()["prompt_tokens"] > min_prompt
@@ -152,6 +170,13 @@ def test_cli_calls_a_tool_on_a_real_model_and_sends_its_result_back(
     assert tool_message["tool_call_id"] == calls[0]["id"]
     cached = followed[0].usage()["prompt_tokens_details"]["cached_tokens"]
     assert cached >= first.usage()["prompt_tokens"] - 16
+    if proc.returncode == 0 and turn_done(name, proc.stdout):
+        return
+    assert stopped_at_output_limit(name, proc.stdout), (proc.stdout[-1500:],
+                                                        proc.stderr[-1500:])
+    last = turns[-1]
+    assert last.finish_reason() == "length", last.body[-1500:]
+    assert last.usage()["completion_tokens"] == MAX_OUTPUT
 
 
 def test_ai_sdk_streams_a_tool_call_and_takes_its_result(server: ServerProcess) -> None:
