@@ -23,6 +23,7 @@ from engine.config import DiskCacheConfig, ModelConfig
 from engine.delivery import Delivery
 from engine.detokenizer import IncrementalDetokenizer
 from engine.drafts.coordinator import Drafting
+from engine.drafts.forced import DraftSampler, propose_forced
 from engine.drafts.policy import verify
 from engine.embeddings.jobs import EmbedJob, EmbedQueue
 from engine.embeddings.runner import EmbeddingRunner
@@ -322,6 +323,8 @@ class Engine:
             return
         if self.drafting is not None:
             self.drafting.propose(self.scheduler.running)
+        else:
+            propose_forced(self.scheduler.running, self.runner)
         if self.projector is not None:
             self._encode_media(out)
         plan = self.scheduler.schedule()
@@ -414,7 +417,10 @@ class Engine:
             eog = self.runner.vocabulary.is_eog(token) and not r.params.ignore_eos
             return eog or done + j + 1 >= r.max_new_tokens
 
-        tokens = verify(draft, lambda j: self.runner.sample(r.sampler, first + j), stop_after)
+        sample = DraftSampler(self.runner, r, draft, first)
+        tokens = verify(draft, sample, stop_after)
+        if sample.taken:
+            self.metrics.forced_tokens.inc(sample.taken)
         kept = len(tokens) - 1
         r.num_computed = item.pos + 1 + kept
         self.cache.trim(r, r.num_computed)
@@ -456,7 +462,7 @@ class Engine:
                                   [r.positions.next(m.start) for m in r.media],
                                   r.positions.next(len(r.prompt)))
             if r.params.prompt_logprobs and not r.output:
-                self._prompt_logprobs(item, index)
+                self.delivery.prompt_logprobs(item, index)
             if item.n_draft and r.status is Status.RUNNING:
                 self._verify(item, index, out)
             elif item.logits and r.status is Status.RUNNING:
@@ -465,16 +471,6 @@ class Engine:
                     self.drafting.verified(r, 0, r.output[-1:])
         if prompt_tokens:
             self.metrics.prompt_tokens.inc(prompt_tokens)
-
-    def _prompt_logprobs(self, item: BatchItem, last_index: int) -> None:
-        r, first = item.request, last_index - len(item.tokens) + 1
-        if item.pos == 0:
-            r.prompt_logprobs.append(None)  # nothing predicts the first token
-        top = r.params.logprobs or 0
-        for j in range(len(item.tokens)):
-            nxt = item.pos + j + 1
-            if nxt < len(r.prompt):
-                r.prompt_logprobs.append(self.runner.logprob(first + j, r.prompt[nxt], top))
 
     def _ensure_sampler(self, r: Request, out: list[tuple[Request, Delta]]) -> bool:
         if r.sampler is None:

@@ -15,7 +15,7 @@ from engine.media.projector import Projector
 from engine.metrics import EngineMetrics
 from engine.request import Delta, EngineError, Request, RequestTimeout, Status, TokenLogprob
 from engine.runner import Runner
-from engine.scheduler import Scheduler
+from engine.scheduler import BatchItem, Scheduler
 
 Out = list[tuple[Request, Delta]]
 
@@ -28,6 +28,17 @@ class Delivery:
         # special tokens a response parser needs as text (e.g. a tool-call marker); other
         # control tokens are never rendered
         self.render_special: frozenset[int] = frozenset()
+
+    def prompt_logprobs(self, item: BatchItem, last_index: int) -> None:
+        """The logprobs of a prefill chunk's prompt tokens (``prompt_logprobs``)."""
+        r, first = item.request, last_index - len(item.tokens) + 1
+        if item.pos == 0:
+            r.prompt_logprobs.append(None)  # nothing predicts the first token
+        top = r.params.logprobs or 0
+        for j in range(len(item.tokens)):
+            nxt = item.pos + j + 1
+            if nxt < len(r.prompt):
+                r.prompt_logprobs.append(self.runner.logprob(first + j, r.prompt[nxt], top))
 
     def emit(self, r: Request, token: int, index: int,
               out: list[tuple[Request, Delta]]) -> bool:

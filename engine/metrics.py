@@ -199,6 +199,9 @@ class EngineMetrics:
         self.draft_accepted = Counter(
             "llamaserve_draft_tokens_accepted", "Draft tokens accepted by verification.",
             registry=r)
+        self.forced_tokens = Counter(
+            "llamaserve_grammar_forced_tokens", "Tokens a grammar forced, taken without "
+            "sampling (decoded beside the token before them).", registry=r)
         self.draft_acceptance = Gauge(
             "llamaserve_draft_acceptance_rate", "Accepted / proposed draft tokens (cumulative).",
             registry=r)

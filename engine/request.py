@@ -146,6 +146,7 @@ class Request:
     detok: IncrementalDetokenizer | None = None
     prompt_logprobs: list[TokenLogprob | None] = field(default_factory=list)
     draft: list[int] = field(default_factory=list)  # tokens proposed for this step
+    forced: int = 0  # how many of them the grammar forces (engine.drafts.forced)
     draft_state: Any = None  # engine.drafts.policy.DraftState, created when drafting starts
     deadline: float | None = None  # time.monotonic() after which the request is ended
     t_submit: float = 0.0  # monotonic times for the latency metrics
@@ -194,7 +195,7 @@ class Request:
         self.seq_id = -1
         self.num_computed = 0
         self.snapshot_at = []
-        self.draft = []
+        self.draft, self.forced = [], 0
         self.draft_state = None  # prompt lookup indexes the prompt once
 
     @property

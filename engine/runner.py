@@ -192,6 +192,12 @@ class Runner:
     def accept(self, sampler: Any, token: int) -> None:
         self.samplers.accept(sampler, token)
 
+    def forced(self, sampler: Any, most: int) -> list[int]:
+        return self.samplers.forced(sampler, most)
+
+    def take_forced(self, sampler: Any, token: int) -> bool:
+        return self.samplers.take_forced(sampler, token)
+
     def free_sampler(self, sampler: Any) -> None:
         self.samplers.free(sampler)
 

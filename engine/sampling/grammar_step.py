@@ -150,6 +150,36 @@ class GrammarSteps:
             if g.matcher is not None and not g.matcher.consume_token(token):
                 g.matcher, g.unmasked = None, True
 
+    def forced(self, g: GrammarChain, most: int) -> list[int]:
+        """Up to ``most`` tokens the grammar forces next, in llguidance's canonical split
+        (``compute_ff_tokens``: tokens no other continuation or tokenization could
+        replace); [] when none, or when there is no matcher to ask (a lazy grammar before
+        its trigger, one llguidance cannot read)."""
+        if g.unmasked or g.watch is not None or self.masks is None or not self.fast:
+            return []
+        if g.matcher is None:
+            g.matcher = self.masks.matcher(g.text, g.taken)
+            if g.matcher is None:
+                g.unmasked = True
+                return []
+        tokens: list[int] = g.matcher.compute_ff_tokens()[:most]
+        eog = next((i for i, t in enumerate(tokens) if L.llama_vocab_is_eog(self.vocab, t)),
+                   None)
+        return tokens if eog is None else tokens[:eog]
+
+    def take_forced(self, g: GrammarChain, token: int) -> bool:
+        """Take a forced token as if sampled, once llama.cpp's grammar confirms it (False:
+        the engines disagree; the request goes on without llguidance, as in
+        ``_sample_masked``)."""
+        one = np.zeros(1, TOKEN_DATA)
+        one["id"] = token
+        L.llama_sampler_apply(g.grammar, ctypes.byref(token_array(one, 1)))
+        if not np.isfinite(one["logit"][0]):
+            g.matcher, g.unmasked = None, True
+            return False
+        self.accept(g, token)
+        return True
+
     def _sample_masked(self, g: GrammarChain, batch_index: int,
                        most: int | None = None) -> int | None:
         """The token, from the samplers run on the tokens llguidance's mask allows (llama.cpp's

@@ -229,6 +229,13 @@ class Samplers:
         else:
             L.llama_sampler_accept(sampler.ptr, token)
 
+    def forced(self, sampler: Any, most: int) -> list[int]:
+        """The tokens a request's grammar forces next ([] without a grammar)."""
+        return self.grammar.forced(sampler, most) if isinstance(sampler, GrammarChain) else []
+
+    def take_forced(self, sampler: Any, token: int) -> bool:
+        return isinstance(sampler, GrammarChain) and self.grammar.take_forced(sampler, token)
+
     def sample(self, sampler: Any, batch_index: int) -> int:
         if isinstance(sampler, GrammarChain):
             return self.grammar.sample(sampler, batch_index)
