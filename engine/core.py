@@ -23,7 +23,7 @@ from engine.config import DiskCacheConfig, ModelConfig
 from engine.delivery import Delivery
 from engine.detokenizer import IncrementalDetokenizer
 from engine.drafts.coordinator import Drafting
-from engine.drafts.forced import DraftSampler, propose_forced
+from engine.drafts.forced import DraftSampler, propose_forced, take_forced
 from engine.drafts.policy import verify
 from engine.embeddings.jobs import EmbedJob, EmbedQueue
 from engine.embeddings.runner import EmbeddingRunner
@@ -463,7 +463,10 @@ class Engine:
                                   r.positions.next(len(r.prompt)))
             if r.params.prompt_logprobs and not r.output:
                 self.delivery.prompt_logprobs(item, index)
-            if item.n_draft and r.status is Status.RUNNING:
+            if item.n_draft and r.forced_unsampled and r.status is Status.RUNNING:
+                if take_forced(item, index, self.runner, self.delivery, self.cache, out):
+                    self._sample(r, index, out)
+            elif item.n_draft and r.status is Status.RUNNING:
                 self._verify(item, index, out)
             elif item.logits and r.status is Status.RUNNING:
                 self._sample(r, index, out)

@@ -199,6 +199,12 @@ class Request:
         self.draft_state = None  # prompt lookup indexes the prompt once
 
     @property
+    def forced_unsampled(self) -> bool:
+        """This step's draft is tokens the grammar forces, taken without their logits (no
+        logprobs asked for): only the position after them is read (engine.drafts.forced)."""
+        return self.forced > 0 and self.params.logprobs is None
+
+    @property
     def prefill_done(self) -> bool:
         return self.num_computed >= len(self.prompt)
 

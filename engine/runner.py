@@ -309,7 +309,8 @@ class Runner:
                 tok[n : n + k] = item.tokens
                 pos[n : n + k] = b.arange[:k] + at
                 seq[n : n + k] = sid
-                every = item.request.params.prompt_logprobs or item.n_draft > 0
+                every = item.request.params.prompt_logprobs or (
+                    item.n_draft > 0 and not item.request.forced_unsampled)
                 out[n : n + k] = every
                 out[n + k - 1] = item.logits or every
             n += k

@@ -95,3 +95,56 @@ def test_a_forced_tool_call_is_one_valid_call(qwen_server: ServerProcess,
     assert call.function.name == "report_the_weather_forecast"
     jsonschema.validate(json.loads(call.function.arguments), SCHEMA)
     assert forced(qwen_server) - before >= 10
+
+
+# -- take_forced's bookkeeping, with the engine's parts reduced to what it calls ---------
+
+class _Runner:
+    def __init__(self, refuse_at: int) -> None:
+        self.refuse_at, self.offered = refuse_at, 0
+
+    def take_forced(self, sampler: object, token: int) -> bool:
+        self.offered += 1
+        return self.offered <= self.refuse_at
+
+
+class _Delivery:
+    def __init__(self) -> None:
+        from engine.metrics import EngineMetrics
+        self.metrics = EngineMetrics()
+
+    def emit(self, r: Any, token: int, index: int, out: list[Any]) -> bool:
+        r.output.append(token)
+        return True
+
+
+class _Cache:
+    def __init__(self) -> None:
+        self.trimmed: list[int] = []
+
+    def trim(self, r: Any, n: int) -> None:
+        self.trimmed.append(n)
+
+
+@pytest.mark.parametrize("refuse_at", [0, 1, 2, 3])
+def test_a_refused_forced_token_is_decoded_again_for_its_logits(refuse_at: int) -> None:
+    """The grammar refuses the forced token at ``refuse_at`` (3: none refused): the tokens
+    before it are kept, and the next step decodes the last kept one again (its logits were
+    not read), as a plain decode step would: ``num_computed`` is prompt + output - 1."""
+    from engine.drafts.forced import take_forced
+    from engine.request import Request, SamplingParams, Status
+    from engine.scheduler import BatchItem
+
+    r = Request(prompt=[1, 2, 3], params=SamplingParams(), max_new_tokens=50)
+    r.status, r.output = Status.RUNNING, [7]
+    r.draft, r.forced = [8, 9, 10], 3
+    item = BatchItem(r, [7, 8, 9, 10], 3, True, 3)
+    r.num_computed = 3 + 4  # what the scheduler commits after the decode
+    runner, delivery, cache = _Runner(refuse_at), _Delivery(), _Cache()
+    goes_on = take_forced(item, 3, runner, delivery, cache, [])  # type: ignore[arg-type]
+    assert r.output == [7, 8, 9, 10][:1 + refuse_at]
+    assert goes_on == (refuse_at == 3)
+    if refuse_at < 3:
+        assert r.num_computed == len(r.prompt) + len(r.output) - 1 == cache.trimmed[-1]
+    else:
+        assert r.num_computed == len(r.prompt) + len(r.output) and not cache.trimmed
