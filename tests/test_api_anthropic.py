@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import threading
+import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -293,9 +296,20 @@ def test_max_tokens_beyond_the_room_left_ends_at_the_context(tiny: anthropic.Ant
 
 
 def test_the_stream_beats_while_a_long_prompt_prefills(tiny_qwen_server: ServerProcess) -> None:
-    events = named_events(f"{tiny_qwen_server.url}/v1/messages", {
-        "model": "x", "max_tokens": 4, "stream": True,
-        "messages": [{"role": "user", "content": "tock " * 900}]})  # ~1,800 tokens
+    """~1,800 prompt tokens (a unique start: none cached), behind another prompt as long
+    that came first: alone, the tiny model's prefill ends 80-90 ms after message_start and
+    now and then before the first 50 ms beat; behind the other, it takes twice that."""
+    def long_prompt() -> dict[str, Any]:
+        return {"model": "x", "max_tokens": 4,
+                "messages": [{"role": "user", "content": f"{uuid.uuid4().hex} " + "tock " * 900}]}
+
+    first = threading.Thread(target=httpx.post, args=(f"{tiny_qwen_server.url}/v1/messages",),
+                             kwargs={"json": long_prompt(), "timeout": 60})
+    first.start()
+    time.sleep(0.02)
+    events = named_events(f"{tiny_qwen_server.url}/v1/messages",
+                          {**long_prompt(), "stream": True})
+    first.join()
     kinds = [e["type"] for e in events]
     first_block = kinds.index("content_block_start") if "content_block_start" in kinds \
         else kinds.index("message_delta")
