@@ -11,6 +11,7 @@ import ctypes
 import logging
 import os
 from collections.abc import Sequence
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -149,7 +150,7 @@ class Runner:
             raise RuntimeError("llama.cpp could not apply the LoRA adapters")
         self._applied = adapters
 
-    @property
+    @cached_property
     def recurrent(self) -> bool:
         """Recurrent or hybrid memory: rolling back a draft needs a kept snapshot."""
         return bool(L.llama_model_is_recurrent(self.model) or L.llama_model_is_hybrid(self.model))

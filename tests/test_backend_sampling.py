@@ -236,6 +236,29 @@ def test_requests_that_need_the_logits_share_steps_with_it(
     assert 0 < sampled <= 3 * 30
 
 
+def test_a_schema_answer_with_logprobs_has_one_per_token(
+        servers: dict[bool, ServerProcess]) -> None:
+    """A grammar's forced tokens keep their logits when logprobs are asked for
+    (engine/drafts/forced.py), also beside backend sampling, whose context keeps one output
+    per step for the sequences llama.cpp samples: each token gets its logprob."""
+    schema = {"type": "object", "additionalProperties": False, "required": ["fruit"],
+              "properties": {"fruit": {"enum": ["a ripe yellow banana from Ecuador",
+                                                "a small green apple from Normandy"]}}}
+    body = {"messages": [{"role": "user", "content": "Name a fruit."}], "max_tokens": 40,
+            "temperature": 0, "logprobs": True, "top_logprobs": 2,
+            "response_format": {"type": "json_schema", "json_schema": {
+                "name": "f", "strict": True, "schema": schema}}}
+    for on in (True, False):
+        got = chat(servers[on], body)
+        choice = got["choices"][0]
+        assert choice["finish_reason"] == "stop", got
+        jsonschema.validate(json.loads(choice["message"]["content"]), schema)
+        steps = choice["logprobs"]["content"]
+        assert len(steps) == got["usage"]["completion_tokens"] - 1  # (the ending has none)
+        assert "".join(t["token"] for t in steps) == choice["message"]["content"]
+        assert all(t["logprob"] <= 0 and len(t["top_logprobs"]) == 2 for t in steps)
+
+
 def test_a_banned_token_stays_banned_beside_it(servers: dict[bool, ServerProcess]) -> None:
     """logit_bias is applied in Python (not eligible): its -100 holds while a backend
     sampled request runs in the same steps."""

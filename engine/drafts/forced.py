@@ -10,7 +10,9 @@ no output row and no sampling step; its text is what sampling would have given (
 continuation), in its canonical tokens. With logprobs asked for, every position has its
 logits and a forced token its logprob (``DraftSampler``).
 
-Only without a draft engine: drafts and forced tokens share ``Request.draft``.
+Only without a draft engine (drafts and forced tokens share ``Request.draft``), and not on
+recurrent or hybrid memory: a token llama.cpp's grammar refused would have to be cut from
+a state that keeps no snapshots without drafting.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ MAX_FORCED = 16  # forced tokens decoded in one step, per sequence
 def propose_forced(running: Iterable[Request], runner: Runner) -> None:
     """Set ``r.draft`` to the tokens each constrained, generating sequence's grammar forces
     next (``r.forced``: how many); clear last step's."""
+    if runner.recurrent:
+        return
     for r in running:
         if r.forced:
             r.draft, r.forced = [], 0
