@@ -6,7 +6,10 @@ Each request asks for ``--tokens`` tokens (non-streamed, ``ignore_eos``); the sc
 array with ``minItems`` large enough that the JSON cannot end before ``max_tokens``, so every
 mode generates the same number of tokens (the table reports them). Sampling is llama.cpp's
 default (temperature 0.8, top_k 40, top_p 0.95, min_p 0.05) sent explicitly to both servers.
-The servers run one after the other, never at once.
+The servers run one after the other, never at once. The forced call's baseline is
+``free (same prompt)``: its own prompt (the server's ``/apply-template`` of the same body,
+tool listed) continued unconstrained on ``/v1/completions``, so the two differ only in the
+constraint.
 
     python bench/structured.py --llama-server /tmp/llama-build/bin/llama-server
 
@@ -82,8 +85,13 @@ MODES: dict[str, dict[str, Any]] = {
     # the tool into the prompt under tool_choice none; llamaserve leaves it out, so its
     # baseline is the plain prompt (the table's prompt column shows which)
     "free (tool listed)": {"tools": [TOOL], "tool_choice": "none"},
+    # the tool call's fair baseline on every server: the forced call's own prompt (the
+    # server's /apply-template of the same body) continued unconstrained on /v1/completions
+    "free (same prompt)": {},
 }
-BASELINE = {"tool call": "free (tool listed)"}  # vs free: against this mode when it ran
+SAME_PROMPT = "free (same prompt)"
+BASELINE = {"tool call": SAME_PROMPT}  # vs free: against this mode when it ran
+_rendered: dict[str, str] = {}  # the tool call's prompt, by server URL
 
 
 @dataclass
@@ -104,7 +112,16 @@ async def _one(http: httpx.AsyncClient, url: str, mode: str, tokens: int, seed: 
     body = {"model": "bench", "messages": [{"role": "user", "content": PROMPT}],
             "max_tokens": tokens, "ignore_eos": True, "seed": seed, **SAMPLING,
             **MODES[mode]}
-    r = await http.post(f"{url}/chat/completions", json=body)
+    route = "chat/completions"
+    if mode == SAME_PROMPT:
+        if url not in _rendered:
+            t = await http.post(url.removesuffix("/v1") + "/apply-template",
+                                json={**body, **MODES["tool call"]})
+            t.raise_for_status()
+            _rendered[url] = t.json()["prompt"]
+        del body["messages"]
+        body["prompt"], route = _rendered[url], "completions"
+    r = await http.post(f"{url}/{route}", json=body)
     if r.status_code != 200:
         res.errors += 1
         print(f"  {mode}: HTTP {r.status_code} {r.text[:200]}", file=sys.stderr)

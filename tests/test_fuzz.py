@@ -46,6 +46,8 @@ IMAGE_TOKENS = 4  # the test projector: any image is 2 x 2 patches
 ACCEPTED_BODIES: list[tuple[str, Any]] = [
     ("/v1/detokenize", {"tokens": [3606, 55, 40]}),
     ("/v1/tokenize", {"prompt": "", "add_special": True}),
+    ("/apply-template", {"messages": [{"role": "user", "content": "Hi"}],
+                         "tools": [{"type": "function", "function": {"name": "f"}}]}),
     ("/v1/embeddings", {"input": "Y\u00c3`Q", "encoding_format": "base64", "dimensions": 9}),
     ("/v1/completions", {"prompt": "Hi", "max_tokens": 2, "temperature": 0}),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}],

@@ -94,11 +94,11 @@ def closing(layout: StreamLayout, constrained: bool) -> str:
 SYSTEM_END_MIN_CHARS = 256
 
 
-def _prepare(model: ModelHandle, template: ChatTemplate, layout: StreamLayout,
-             messages: list[dict[str, Any]], rules: OutputRules, extra: dict[str, Any],
-             params: SamplingParams, media: _Media | None = None,
-             budget: int | None = None) -> Prepared:
-    """Render, tokenize and build the grammar: the blocking part, on the prepare pool."""
+def render_turn(model: ModelHandle, template: ChatTemplate, layout: StreamLayout,
+                messages: list[dict[str, Any]], rules: OutputRules, extra: dict[str, Any]
+                ) -> tuple[str, list[int], bool]:
+    """The prompt the model continues (text and tokens), with the reasoning opener the
+    server writes for families that leave it to the model (True when it did)."""
     if layout.family == "gemma4" and extra.get("reasoning_effort") not in (None, "none"):
         extra = {"enable_thinking": True, **extra}  # its template reads only this switch
     text, tokens = render(model, template, messages, rules.tools or None, extra)
@@ -106,8 +106,17 @@ def _prepare(model: ModelHandle, template: ChatTemplate, layout: StreamLayout,
     if opened:  # the family leaves the block to the model: the server opens it
         text += opened
         tokens = tokens + model.tokenize(opened, add_special=False, parse_special=True)
-        if layout.family == "harmony" and thinking_off(extra):
-            budget = 0  # harmony always has an analysis channel: an empty one
+    return text, tokens, bool(opened)
+
+
+def _prepare(model: ModelHandle, template: ChatTemplate, layout: StreamLayout,
+             messages: list[dict[str, Any]], rules: OutputRules, extra: dict[str, Any],
+             params: SamplingParams, media: _Media | None = None,
+             budget: int | None = None) -> Prepared:
+    """Render, tokenize and build the grammar: the blocking part, on the prepare pool."""
+    text, tokens, opened = render_turn(model, template, layout, messages, rules, extra)
+    if opened and layout.family == "harmony" and thinking_off(extra):
+        budget = 0  # harmony always has an analysis channel: an empty one
     spans: tuple[MediaSpan, ...] = ()
     if media is not None:
         refs, inputs = media

@@ -1,4 +1,4 @@
-"""POST /v1/tokenize and /v1/detokenize."""
+"""POST /v1/tokenize, /v1/detokenize and llama-server's /apply-template."""
 
 from __future__ import annotations
 
@@ -6,6 +6,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from api.chat.messages import parse_messages, render_prompt
+from api.chat.prepare import render_turn
+from api.chat.tools import parse_rules
 from api.web.errors import APIError, invalid
 from api.web.params import Body, read_json
 from api.web.state import ServerState
@@ -54,4 +56,26 @@ async def detokenize(request: Request) -> Response:
             isinstance(t, int) and not isinstance(t, bool) and 0 <= t < n_vocab for t in tokens):
         raise invalid("tokens", f"'tokens' must be a list of token ids in [0, {n_vocab})")
     text = await state.client.run(state.model.detokenize, tokens, True)
+    return JSONResponse({"prompt": text})
+
+
+async def apply_template(request: Request) -> Response:
+    """llama-server's ``POST /apply-template``: a chat completion's body (messages, tools,
+    ``chat_template_kwargs``, ``reasoning_effort``) rendered into the prompt text the
+    model would continue, as ``/v1/chat/completions`` renders it, without generating."""
+    server: ServerState = request.app.state.llama
+    body = Body(await read_json(request, server.body_limits))
+    state = await server.route(body.data.get("model"), request.scope)
+    state.require_chat()
+    assert state.template is not None
+    messages = parse_messages(body, state.media_refs())
+    rules = parse_rules(body)
+    extra = dict(body.obj("chat_template_kwargs") or {})
+    if body.has("reasoning_effort"):
+        extra.setdefault("reasoning_effort", body.string("reasoning_effort"))
+    try:
+        text, _, _ = await state.client.run(render_turn, state.model, state.template,
+                                            state.layout, messages, rules, extra)
+    except TemplateError as exc:
+        raise APIError(str(exc), param="messages", code="template_error") from None
     return JSONResponse({"prompt": text})

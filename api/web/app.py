@@ -27,7 +27,7 @@ from api.openai.completions import create_completion
 from api.openai.embeddings import create_embedding
 from api.openai.infill import infill
 from api.openai.models import list_models, retrieve_model
-from api.openai.tokenize import detokenize, tokenize
+from api.openai.tokenize import apply_template, detokenize, tokenize
 from api.rerank.routes import rerank, score
 from api.responses.background import BackgroundRuns
 from api.responses.conversations import CONVERSATION_ROUTES
@@ -256,6 +256,7 @@ def build_app(config: Config, model: ModelHandle, manage_engine: bool = True,
         Route("/v1/models/{model_id:path}", retrieve_model, methods=["GET"]),
         Route("/v1/tokenize", tokenize, methods=["POST"]),
         Route("/v1/detokenize", detokenize, methods=["POST"]),
+        Route("/apply-template", apply_template, methods=["POST"]),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/health", healthz, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),

@@ -32,18 +32,19 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 access_log = logging.getLogger("llamaserve.access")
 KNOWN = {"/v1/completions", "/v1/chat/completions", "/v1/embeddings", "/v1/responses",
          "/v1/rerank", "/rerank", "/v1/reranking", "/reranking", "/v1/score",
-         "/v1/models", "/v1/tokenize", "/v1/detokenize", "/healthz", "/health", "/metrics",
+         "/v1/models", "/v1/tokenize", "/v1/detokenize", "/apply-template", "/healthz",
+         "/health", "/metrics",
          "/api/chat", "/api/generate", "/api/embed", "/api/embeddings", "/api/tags",
          "/api/show", "/api/ps", "/api/version", "/api/pull", "/v1/conversations",
          "/v1/files", "/v1/batches"}
 
 
 def api_path(path: str) -> bool:
-    """A route of the APIs (OpenAI's and the others under /v1, llama-server's /infill and
-    /rerank,
-    Ollama's /api/…): behind the API keys, counted in flight, refused while draining."""
-    return path.startswith(("/v1/", "/api/")) or path in ("/v1", "/infill", "/rerank",
-                                                           "/reranking")
+    """A route of the APIs (OpenAI's and the others under /v1, llama-server's /infill,
+    /rerank and /apply-template, Ollama's /api/…): behind the API keys, counted in
+    flight, refused while draining."""
+    return path.startswith(("/v1/", "/api/")) or path in (
+        "/v1", "/infill", "/rerank", "/reranking", "/apply-template")
 
 
 # routes with ids in their paths: the label names the route, never the id
