@@ -20,6 +20,12 @@ samples inside the decode the harness makes free: the figure is then the Python 
 a GPU does the sampling, and llama.cpp's own cost of it is not in it (bench/step_overhead.py
 measures the whole on this machine).
 
+``--constraints free,json_schema,"tool call"`` runs each configuration under each of
+bench/structured.py's constraints (its schema as a strict ``response_format``, its tool as a
+forced call): the constrained token's Python, with the decode free as above. On the random
+model a JSON string never ends, so this is mostly the step inside a string: the grammar
+checked on the best candidates, the matcher's bookkeeping and the forced-token question.
+
 Writes bench/results/step_python.json.
 """
 
@@ -86,7 +92,10 @@ def child(root: str, concurrency: int, tokens: int, rounds: int) -> None:
     prompt = runner.vocabulary.tokenize("Once upon a time, in a land far away,", True, False) \
         if hasattr(runner, "vocabulary") else [1, 2, 3]
     params = SamplingParams(temperature=0.8, top_p=0.95, top_k=40, min_p=0.05,
-                            ignore_eos=True, max_tokens=tokens, seed=1)
+                            ignore_eos=True, max_tokens=tokens, seed=1,
+                            grammar=_grammar(os.environ.get("STEP_PYTHON_CONSTRAINT", "free")))
+    if params.grammar:
+        runner.check_grammar(params)
 
     def run(n: int, length: int, tag: int) -> None:
         target = finished[0] + n
@@ -108,13 +117,28 @@ def child(root: str, concurrency: int, tokens: int, rounds: int) -> None:
     os._exit(0)
 
 
-def measure(root: str, concurrency: int, tokens: int,
-            options: dict[str, object]) -> dict[str, float]:
+def _grammar(constraint: str) -> str | None:
+    """bench/structured.py's constraint of that name, as the engine gets it."""
+    if constraint == "free":
+        return None
+    from structured import SCHEMA, TOOL
+
+    from engine.constraints.grammar import json_grammar, tool_call_grammar
+
+    if constraint == "json_schema":
+        return json_grammar(SCHEMA, strict=True).text
+    return tool_call_grammar([TOOL], "<tool_call>", "</tool_call>", parallel=False,
+                             lazy=False).text
+
+
+def measure(root: str, concurrency: int, tokens: int, options: dict[str, object],
+            constraint: str = "free") -> dict[str, float]:
     rounds = max(1, 8192 // (concurrency * tokens))
     done = subprocess.run([sys.executable, __file__, "--child", root, str(concurrency),
                            str(tokens), str(rounds)], capture_output=True, text=True,
                           check=True, timeout=600,
-                          env={**os.environ, "STEP_PYTHON_MODEL": json.dumps(options)})
+                          env={**os.environ, "STEP_PYTHON_MODEL": json.dumps(options),
+                               "STEP_PYTHON_CONSTRAINT": constraint})
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
@@ -126,6 +150,8 @@ def main() -> None:
     ap.add_argument("--against", default=None, help="another checkout, measured alternately")
     ap.add_argument("--variant", action="append", default=[],
                     help="NAME:key=value,... this tree with these model options (JSON values)")
+    ap.add_argument("--constraints", default="free",
+                    help='free,json_schema,"tool call": bench/structured.py\'s constraints')
     ap.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -140,13 +166,16 @@ def main() -> None:
         trees[name] = (str(ROOT), {k: json.loads(v) for k, _, v in
                                    (p.partition("=") for p in pairs.split(",") if p)})
     rows: list[dict[str, object]] = []
+    constraints = args.constraints.split(",")
     for c in [int(x) for x in args.concurrency.split(",")]:
-        got: dict[str, list[float]] = {name: [] for name in trees}
+        got: dict[tuple[str, str], list[float]] = {
+            (name, k): [] for k in constraints for name in trees}
         for _ in range(args.runs):
-            for name, (root, options) in trees.items():
-                got[name].append(measure(root, c, args.tokens, options)["cpu_us"])
-        for name, values in got.items():
-            rows.append({"tree": name, "sequences": c,
+            for name, k in got:
+                root, options = trees[name]
+                got[name, k].append(measure(root, c, args.tokens, options, k)["cpu_us"])
+        for (name, k), values in got.items():
+            rows.append({"tree": name, "constraint": k, "sequences": c,
                          "engine CPU us/token (median)": round(statistics.median(values), 1),
                          "lowest": round(min(values), 1), "runs": len(values)})
             print(rows[-1], file=sys.stderr, flush=True)

@@ -11,6 +11,7 @@ best), and, when every candidate is needed, one reusable array over the whole vo
 from __future__ import annotations
 
 import ctypes
+import math
 from typing import Any, Protocol
 
 import llama_cpp
@@ -22,7 +23,8 @@ L: Any = llama_cpp  # the C API, untyped (see engine.runner)
 # WINDOW_MIN_RANKS): a margin for the next token's logits to lie lower
 WINDOW_RANKS = 4
 WINDOW_MIN_RANKS = 256
-WINDOW = 4.0  # the first window under the highest logit when the floor lets too few in
+WINDOW_MAX_RANKS = 16  # a floor that lets in more than this many times the target: read again
+SUBSAMPLE = 16  # a floor that lets too few in is re-read from every SUBSAMPLE-th logit
 MAX_ROW_VIEWS = 4096  # logits row views kept (one per batch position in use)
 
 # llama_token_data {id, logit, p} as a numpy record, for candidate arrays built in numpy
@@ -44,6 +46,29 @@ class Floored(Protocol):
     """A request's sampler state that remembers where its next window starts."""
 
     floor: float
+
+
+def _estimated_floor(row: Any, k: int, wanted: int) -> tuple[Any, float] | None:
+    """The ids at or above a floor that lets in at least ``k`` of ``row`` (about ``wanted``),
+    and that floor; None when no try finds ``k``. The floor is read from every
+    ``SUBSAMPLE``-th logit (the ``wanted / SUBSAMPLE``-th best of them): one pass over the
+    row where widening a window under the highest logit took up to three, and a model sure
+    of its token (the k-th best 20 under the best) no longer gets a window of the whole
+    vocabulary."""
+    sub = row[::SUBSAMPLE]
+    m = max(1, wanted // SUBSAMPLE)
+    for _ in range(3):
+        m = min(m, len(sub))
+        floor = float(np.partition(sub, len(sub) - m)[len(sub) - m])
+        if not math.isfinite(floor):  # (mostly -inf: the whole vocabulary is the path)
+            return None
+        ids = np.flatnonzero(row >= np.float32(floor))
+        if len(ids) >= k:
+            return ids, floor
+        if m == len(sub):
+            return None
+        m *= 4
+    return None
 
 
 def token_array(buffer: Any, n: int, is_sorted: bool = False) -> Any:
@@ -88,30 +113,25 @@ class Candidates:
     def windowed(self, row: Any, c: Floored, k: int) -> Any:
         """The logits at or above ``c.floor``, in id order as llama.cpp's array is, as a
         llama_token_data_array over the window buffer, when at least ``k`` are there. With
-        too few the floor drops to a window under the highest logit, then widens (None
-        after three tries). The next token's floor is set to let about ``WINDOW_RANKS * k``
+        too few the floor is estimated again from a sample of the row (``_estimated_floor``;
+        None when that fails). The next token's floor is set to let about ``WINDOW_RANKS * k``
         of this token's logits in."""
+        target = max(WINDOW_RANKS * k, WINDOW_MIN_RANKS)
+        ids = _NONE
         if c.floor > -np.inf:  # (a float32 floor: a Python float costs a third more)
             np.greater_equal(row, np.float32(c.floor), out=self._above)
-            ids = self._above.nonzero()[0]
-        else:
-            ids = _NONE
+            if np.count_nonzero(self._above) <= WINDOW_MAX_RANKS * target:
+                ids = self._above.nonzero()[0]  # (else the logits rose past the floor)
         if len(ids) < k:
-            peak, window = float(row.max()), WINDOW
-            for _ in range(3):
-                ids = np.flatnonzero(row >= peak - window)
-                if len(ids) >= k:
-                    break
-                window *= 4.0
-            else:
+            found = _estimated_floor(row, k, 2 * target)
+            if found is None:
                 c.floor = -np.inf
                 return None
-            c.floor = peak - window  # the adjustments below start from the window used
+            ids, c.floor = found  # (the adjustments below start from it)
         n = len(ids)
         if n > self.n_window:
             self._grow_window(n)
         logits = row[ids]
-        target = max(WINDOW_RANKS * k, WINDOW_MIN_RANKS)
         if n > 2 * target:  # too wide: raise the floor to the target's rank
             c.floor = float(np.partition(logits, n - target)[n - target])
         elif n < 2 * k:  # nearly too narrow: lower it by the spread of the k best

@@ -117,11 +117,13 @@ class GrammarSteps:
                 return token
         windowed = False
         if g.pre is None and self.windows and self._checks:
-            cur = self.cand.windowed(self.cand.row(batch_index), g, CHECK)
-            if cur is not None:  # the best CHECK of a window, not of the whole vocabulary
+            # a window that holds the candidates the first check needs (it may hold fewer
+            # than CHECK: everything outside it is under its last, so that is the boundary)
+            cur = self.cand.windowed(self.cand.row(batch_index), g, _first_checked(g, CHECK))
+            if cur is not None:  # the best of a window, not of the whole vocabulary
                 windowed = True
-                token = self._sample_checked_in(g, cur, CHECK, self._checks[0][1],
-                                                self.cand.window)
+                token = self._sample_checked_in(g, cur, min(cur.size, CHECK),
+                                                self._checks[0][1], self.cand.window)
         if token is None and not (windowed and self.masks is not None and not g.unmasked):
             for size, top in self._checks:
                 token = self._sample_checked(g, batch_index, size, top)
