@@ -164,6 +164,8 @@ class GrammarSteps:
             if g.matcher is None:
                 g.unmasked = True
                 return []
+        if not g.matcher.compute_ff_bytes():  # (a fraction of a microsecond; most steps)
+            return []
         tokens: list[int] = g.matcher.compute_ff_tokens()[:most]
         eog = next((i for i, t in enumerate(tokens) if L.llama_vocab_is_eog(self.vocab, t)),
                    None)
