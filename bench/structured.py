@@ -172,6 +172,7 @@ def run_server(args: argparse.Namespace, name: str, rep: int, modes: list[str],
                streams: list[int], n_seq: int, tmp: Path,
                runs: dict[tuple[str, str, int], list[Level]]) -> None:
     port = _port()
+    _rendered.clear()  # (a port the last server had: its prompt is not this one's)
     proc = (start_llamaserve(args.model, n_seq, args.threads, port, tmp,
                              Path(name.partition("=")[2] or args.root))
             if name.startswith("llamaserve") else
