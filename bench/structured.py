@@ -9,7 +9,8 @@ default (temperature 0.8, top_k 40, top_p 0.95, min_p 0.05) sent explicitly to b
 The servers run one after the other, never at once. The forced call's baseline is
 ``free (same prompt)``: its own prompt (the server's ``/apply-template`` of the same body,
 tool listed) continued unconstrained on ``/v1/completions``, so the two differ only in the
-constraint.
+constraint (for a template that writes its own BOS, ``/v1/completions`` would add a second:
+the Qwen models here have none).
 
     python bench/structured.py --llama-server /tmp/llama-build/bin/llama-server
 

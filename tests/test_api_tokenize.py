@@ -1,6 +1,7 @@
 """llama-server's /apply-template on a real model: the prompt it returns is the one the chat
-route feeds the model (same tokens, same greedy continuation), tools and template
-arguments included; bad bodies are 400s in OpenAI's shape."""
+route feeds the model (same tokens, same greedy continuation), tools included; bad bodies,
+and template variables the server sets itself, are 400s in OpenAI's shape (every
+template, and template arguments: tests/test_families_server.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 
 import httpx
 import pytest
-from openai import OpenAI
+from openai import BadRequestError, OpenAI
 
 from conftest import ServerProcess
 
@@ -61,23 +62,15 @@ def test_the_prompt_is_the_one_the_chat_route_continues(qwen_server: ServerProce
         assert raw.choices[0].text.strip() == (message.content or "").strip()
 
 
-def test_template_arguments_reach_the_template(qwen_server: ServerProcess) -> None:
-    """Qwen2.5's template writes its default system prompt only when none is given; a
-    ``chat_template_kwargs`` value the template does not read changes nothing."""
-    bare = apply_template(qwen_server, {"messages": [{"role": "user", "content": "Hi"}]})
-    kw = apply_template(qwen_server, {"messages": [{"role": "user", "content": "Hi"}],
-                                      "chat_template_kwargs": {"unused_flag": True}})
-    assert bare.status_code == kw.status_code == 200
-    assert "You are Qwen" in bare.json()["prompt"]
-    assert bare.json()["prompt"] == kw.json()["prompt"]
-
-
 @pytest.mark.parametrize("body, param", [
     ({}, "messages"),
     ({"messages": "Hi"}, "messages"),
     ({"messages": [{"role": "user", "content": "Hi"}], "tools": "get_weather"}, "tools"),
     ({"messages": [{"role": "user", "content": "Hi"}], "chat_template_kwargs": [1]},
      "chat_template_kwargs"),
+    *[({"messages": [{"role": "user", "content": "Hi"}], "chat_template_kwargs": {name: v}},
+       "chat_template_kwargs")
+      for name, v in (("add_generation_prompt", False), ("tools", []), ("messages", []))],
 ])
 def test_bad_bodies_are_400s_naming_the_field(qwen_server: ServerProcess,
                                                body: dict[str, Any], param: str) -> None:
@@ -85,3 +78,15 @@ def test_bad_bodies_are_400s_naming_the_field(qwen_server: ServerProcess,
     assert r.status_code == 400, r.text
     error = r.json()["error"]
     assert error["param"] == param and error["message"]
+
+
+@pytest.mark.parametrize("name", ["add_generation_prompt", "tools", "messages"])
+def test_the_chat_route_refuses_template_variables_the_server_sets(client: OpenAI,
+                                                                   name: str) -> None:
+    """(they clashed with the server's own arguments to the template: a 500 before)"""
+    with pytest.raises(BadRequestError) as err:
+        client.chat.completions.create(
+            model="x", messages=[{"role": "user", "content": "Hi"}], max_tokens=1,
+            extra_body={"chat_template_kwargs": {name: []}})
+    assert err.value.status_code == 400 and err.value.param == "chat_template_kwargs"
+    assert name in err.value.message

@@ -344,3 +344,37 @@ def test_a_thinking_budget_closes_reasoning_the_model_opens(server: ServerProces
         "model": model, "prompt": message["reasoning_content"], "add_special": False},
         timeout=30).json()["tokens"]
     assert BUDGET - 2 <= len(tokens) <= BUDGET + 2, message  # closed by the budget
+
+
+def test_apply_template_is_the_chat_routes_prompt_for_every_template(
+        server: ServerProcess, client: OpenAI) -> None:
+    """llama-server's /apply-template, per template: its text, tokenized without adding
+    special tokens (a template that writes its BOS has it in the text), is as long as the
+    chat route's prompt, the reasoning opener the server writes for a family included;
+    ``enable_thinking: false`` in ``chat_template_kwargs`` reaches the templates that read
+    it (Qwen3's writes an empty think block)."""
+    messages = [{"role": "system", "content": "Be brief."},
+                {"role": "user", "content": "Weather in Rome?"}]
+    wrong: dict[str, Any] = {}
+    prompts: dict[tuple[str, bool], str] = {}
+    for name in TEMPLATES:
+        model = alias(name)
+        for off in (False, True):
+            kwargs = {"chat_template_kwargs": {"enable_thinking": False}} if off else {}
+            r = httpx.post(f"{server.url}/apply-template", json={
+                "model": model, "messages": messages, "tools": TOOLS, **kwargs}, timeout=60)
+            assert r.status_code == 200, (name, r.text)
+            prompt = prompts[name, off] = r.json()["prompt"]
+            count = httpx.post(f"{server.base_url}/tokenize", json={
+                "model": model, "prompt": prompt, "add_special": False},
+                timeout=60).json()["count"]
+            chat = client.chat.completions.create(model=model, messages=messages,
+                                                  tools=TOOLS, max_tokens=1,
+                                                  extra_body=kwargs)
+            assert chat.usage is not None
+            if chat.usage.prompt_tokens != count:
+                wrong[f"{name} {kwargs}"] = (count, chat.usage.prompt_tokens)
+    assert not wrong
+    qwen3 = FAMILY_TEMPLATES["hermes"]
+    assert prompts[qwen3, True].endswith("<think>\n\n</think>\n\n")
+    assert not prompts[qwen3, False].endswith("</think>\n\n")

@@ -164,6 +164,24 @@ def _shown(tools: list[Any] | None) -> list[Any] | None:
     return out
 
 
+# variables the server passes to every template itself: a request may not set them
+RESERVED_TEMPLATE_VARIABLES = ("messages", "tools", "add_generation_prompt")
+
+
+def template_kwargs(body: Body) -> dict[str, Any]:
+    """The template variables a chat body sets: ``chat_template_kwargs``, and
+    ``reasoning_effort`` unless those set it; a 400 names a variable the server sets."""
+    extra = dict(body.obj("chat_template_kwargs") or {})
+    taken = [k for k in RESERVED_TEMPLATE_VARIABLES if k in extra]
+    if taken:
+        raise invalid("chat_template_kwargs", f"'chat_template_kwargs' may not set "
+                      f"{', '.join(repr(k) for k in taken)}: the server passes "
+                      f"{', '.join(RESERVED_TEMPLATE_VARIABLES)} to the template itself")
+    if body.has("reasoning_effort"):
+        extra.setdefault("reasoning_effort", body.string("reasoning_effort"))
+    return extra
+
+
 def render(model: ModelHandle, template: ChatTemplate, messages: list[dict[str, Any]],
            tools: list[Any] | None, extra: dict[str, Any]) -> tuple[str, list[int]]:
     """The rendered prompt text and its tokens (BOS added if the template did not)."""

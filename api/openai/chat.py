@@ -10,7 +10,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from api.chat.answer_check import CheckedStream
-from api.chat.messages import parse_messages
+from api.chat.messages import parse_messages, template_kwargs
 from api.chat.prepare import prepare
 from api.chat.tools import parse_rules
 from api.web.errors import APIError, invalid
@@ -90,9 +90,7 @@ async def create_chat_completion(request: Request) -> Response:
     include_usage = bool((body.obj("stream_options") or {}).get("include_usage"))
     field = state.config.server.reasoning_field
     rules = parse_rules(body)
-    extra = dict(body.obj("chat_template_kwargs") or {})
-    if body.has("reasoning_effort"):
-        extra.setdefault("reasoning_effort", body.string("reasoning_effort"))
+    extra = template_kwargs(body)
     params = sampling(body, n_vocab=state.model.n_vocab,
                       defaults=state.model_config.sampling,
                       max_tokens_field="max_completion_tokens",

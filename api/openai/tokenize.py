@@ -5,7 +5,7 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from api.chat.messages import parse_messages, render_prompt
+from api.chat.messages import parse_messages, render_prompt, template_kwargs
 from api.chat.prepare import render_turn
 from api.chat.tools import parse_rules
 from api.web.errors import APIError, invalid
@@ -70,9 +70,7 @@ async def apply_template(request: Request) -> Response:
     assert state.template is not None
     messages = parse_messages(body, state.media_refs())
     rules = parse_rules(body)
-    extra = dict(body.obj("chat_template_kwargs") or {})
-    if body.has("reasoning_effort"):
-        extra.setdefault("reasoning_effort", body.string("reasoning_effort"))
+    extra = template_kwargs(body)
     try:
         text, _, _ = await state.client.run(render_turn, state.model, state.template,
                                             state.layout, messages, rules, extra)

@@ -5,7 +5,7 @@ token (engine thread).
 In order, until one decides:
 
 1. after a step whose mask allowed few tokens (``NARROW``), llguidance's mask first;
-2. the grammar asked about the best few candidates (``_first_checked``), then the best
+2. the grammar asked about the best few candidates (``_first_checked``), then up to the best
    ``CHECK`` (from the request's window when nothing pointwise comes first), then the best
    ``32 * CHECK``: ``engine.sampling.grammar_plan`` says when they decide;
 3. llguidance's mask (``engine.sampling.masks``), llama.cpp's grammar confirming the token;
