@@ -25,6 +25,8 @@ bench/structured.py's constraints (its schema as a strict ``response_format``, i
 forced call): the constrained token's Python, with the decode free as above. On the random
 model a JSON string never ends, so this is mostly the step inside a string: the grammar
 checked on the best candidates, the matcher's bookkeeping and the forced-token question.
+The free decode replays one shape's logits, so a grammar's walk here is not a model's: use
+it to profile that step, not for ratios (bench/structured.py measures those).
 
 Writes bench/results/step_python.json.
 """

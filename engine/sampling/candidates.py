@@ -51,10 +51,10 @@ class Floored(Protocol):
 def _estimated_floor(row: Any, k: int, wanted: int) -> tuple[Any, float] | None:
     """The ids at or above a floor that lets in at least ``k`` of ``row`` (about ``wanted``),
     and that floor; None when no try finds ``k``. The floor is read from every
-    ``SUBSAMPLE``-th logit (the ``wanted / SUBSAMPLE``-th best of them): one pass over the
-    row where widening a window under the highest logit took up to three, and a model sure
-    of its token (the k-th best 20 under the best) no longer gets a window of the whole
-    vocabulary."""
+    ``SUBSAMPLE``-th logit (the ``wanted / SUBSAMPLE``-th best of them; four times deeper
+    each try, three at most), so a model sure of its token (the k-th best 20 under the
+    best) no longer gets a window of the whole vocabulary, as widening a window under the
+    highest logit gave it."""
     sub = row[::SUBSAMPLE]
     m = max(1, wanted // SUBSAMPLE)
     for _ in range(3):
