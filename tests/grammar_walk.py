@@ -1,5 +1,6 @@
 """Random walks through a grammar with llama.cpp's own grammar sampler: what a random-weight
-model under that grammar could write, without a model.
+model under that grammar could write, without a model. And ``TextChecker``: whether
+llama.cpp's grammar sampler allows a given text, token by token.
 
 Each step draws random logits (Gumbel noise, so the pick is a sample of a softmax) over
 the vocabulary's short tokens plus end-of-generation, lets llama.cpp's grammar sampler rule
@@ -94,6 +95,66 @@ class GrammarWalker:
             return None
         finally:
             L.llama_sampler_free(sampler)
+
+    def close(self) -> None:
+        self.L.llama_model_free(self.model)
+
+
+class TextChecker:
+    """Whether llama.cpp's grammar sampler (the engine's authority) allows a text: its
+    tokens one by one (a token the grammar forbids gets logit -inf before it would be
+    accepted), then the end (end-of-generation must be allowed there). Any tokenization
+    does: the grammar reads each token's text."""
+
+    def __init__(self, path: str) -> None:
+        import llama_cpp as L
+
+        self.L = L
+        params = L.llama_model_default_params()
+        params.vocab_only = True
+        self.model = L.llama_model_load_from_file(path.encode(), params)
+        assert self.model
+        self.vocab = L.llama_model_get_vocab(self.model)
+        self.eos = L.llama_vocab_eos(self.vocab)
+
+    def sampler(self, grammar: str) -> Any | None:
+        """llama.cpp's grammar sampler (None: llama.cpp could not parse the grammar)."""
+        return self.L.llama_sampler_init_grammar(self.vocab, grammar.encode(), b"root") or None
+
+    def free(self, sampler: Any) -> None:
+        self.L.llama_sampler_free(sampler)
+
+    def _allowed(self, sampler: Any, token: int) -> bool:
+        L = self.L
+        data = (L.llama_token_data * 1)(L.llama_token_data(token, 0.0, 0.0))
+        arr = L.llama_token_data_array(data, 1, -1, False)
+        L.llama_sampler_apply(sampler, ctypes.byref(arr))
+        return bool(data[0].logit != float("-inf"))
+
+    def tokens(self, text: str) -> list[int]:
+        L = self.L
+        raw = text.encode()
+        buf = (L.llama_token * (len(raw) + 8))()
+        n = L.llama_tokenize(self.vocab, raw, len(raw), buf, len(buf), False, False)
+        assert n >= 0
+        return list(buf[:n])
+
+    def allows(self, sampler: Any, text: str) -> bool:
+        """Whether ``sampler`` (fresh, or reset) allows ``text`` whole; it is left past the
+        tokens it took."""
+        for tok in self.tokens(text):
+            if not self._allowed(sampler, tok):
+                return False
+            self.L.llama_sampler_accept(sampler, tok)
+        return self._allowed(sampler, self.eos)
+
+    def accepts(self, grammar: str, text: str) -> bool:
+        sampler = self.sampler(grammar)
+        assert sampler, "llama.cpp could not parse the grammar:\n" + grammar
+        try:
+            return self.allows(sampler, text)
+        finally:
+            self.free(sampler)
 
     def close(self) -> None:
         self.L.llama_model_free(self.model)

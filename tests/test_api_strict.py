@@ -13,6 +13,7 @@ import anthropic
 import httpx
 import openai
 import pytest
+from ollama import Client as OllamaClient
 from openai import OpenAI
 from pydantic import BaseModel, Field
 
@@ -159,6 +160,37 @@ def test_ollama_format_schema_is_enforced(tiny_qwen_server: ServerProcess) -> No
         if out["done_reason"] == "length":
             continue
         Booking.model_validate_json(out["message"]["content"])
+
+
+class Note(BaseModel):
+    mood: Literal["calm", "busy"] = "calm"  # optional (a default), and listed first
+    title: Annotated[str, Field(max_length=12)]
+    pages: Annotated[int, Field(ge=1, le=9)] | None = None
+    done: bool
+
+
+def test_properties_come_in_the_schemas_order(tiny_qwen_server: ServerProcess) -> None:
+    """An object's properties are written in the order its schema lists them, the
+    optional ones too, as OpenAI's structured outputs and llguidance write them; llama.cpp's
+    converter put the required ones first, which wrote `mood` after `title` here, and a
+    model would answer before the reasoning a schema asks for first. Through Ollama's own
+    client, whose documented way is ``format=Model.model_json_schema()`` (a field with a
+    default is not required there)."""
+    ollama = OllamaClient(host=tiny_qwen_server.url, timeout=120)
+    order = list(Note.model_fields)
+    opened_with_mood = 0
+    for seed in range(6):
+        r = ollama.chat(model="tiny-qwen", messages=[{"role": "user", "content": "A note."}],
+                        format=Note.model_json_schema(),
+                        options={"temperature": 1.0, "seed": seed, "num_predict": 200})
+        if r.done_reason == "length":
+            continue
+        content = r.message.content or ""
+        Note.model_validate_json(content)
+        keys = list(json.loads(content))  # (in the order written)
+        assert keys == [k for k in order if k in keys], content
+        opened_with_mood += keys[0] == "mood"
+    assert opened_with_mood, "no answer wrote the optional first property: order untested"
 
 
 # -- llama-server's `grammar` field ------------------------------------------------------

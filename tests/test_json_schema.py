@@ -4,7 +4,6 @@ invalid) instances are run through the grammar sampler token by token."""
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import signal
@@ -13,6 +12,7 @@ from enum import Enum
 from typing import Any, Literal, Optional
 
 import pytest
+from grammar_walk import TextChecker
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
@@ -155,49 +155,9 @@ def test_a_non_strict_tool_that_cannot_compile_gets_any_object_and_a_strict_one_
 
 
 # -- llama.cpp parses the grammar and runs instances through it -----------------------
-class GrammarChecker:
-    def __init__(self, path: str) -> None:
-        import llama_cpp as L
-
-        self.L = L
-        params = L.llama_model_default_params()
-        params.vocab_only = True
-        self.model = L.llama_model_load_from_file(path.encode(), params)
-        assert self.model
-        self.vocab = L.llama_model_get_vocab(self.model)
-
-    def sampler(self, grammar: Grammar) -> Any:
-        s = self.L.llama_sampler_init_grammar(self.vocab, grammar.text.encode(), b"root")
-        assert s, "llama.cpp could not parse the grammar:\n" + grammar.text
-        return s
-
-    def accepts(self, grammar: Grammar, text: str) -> bool:
-        """Whether the grammar allows ``text``, token by token (a token the grammar
-        forbids gets logit -inf before it would be accepted)."""
-        L = self.L
-        sampler = self.sampler(grammar)
-        buf = (L.llama_token * (len(text) * 4 + 8))()
-        n = L.llama_tokenize(self.vocab, text.encode(), len(text.encode()), buf, len(buf),
-                             False, False)
-        assert n >= 0
-        try:
-            for tok in buf[:n]:
-                data = (L.llama_token_data * 1)(L.llama_token_data(tok, 0.0, 0.0))
-                arr = L.llama_token_data_array(data, 1, -1, False)
-                L.llama_sampler_apply(sampler, ctypes.byref(arr))
-                if data[0].logit == float("-inf"):
-                    return False
-                L.llama_sampler_accept(sampler, tok)
-            eog = L.llama_vocab_eos(self.vocab)  # the grammar must be able to end here
-            data = (L.llama_token_data * 1)(L.llama_token_data(eog, 0.0, 0.0))
-            arr = L.llama_token_data_array(data, 1, -1, False)
-            L.llama_sampler_apply(sampler, ctypes.byref(arr))
-            return bool(data[0].logit != float("-inf"))
-        finally:
-            L.llama_sampler_free(sampler)
-
-    def close(self) -> None:
-        self.L.llama_model_free(self.model)
+class GrammarChecker(TextChecker):
+    def accepts(self, grammar: Grammar, text: str) -> bool:  # type: ignore[override]
+        return super().accepts(grammar.text, text)
 
 
 @pytest.fixture(scope="module")
@@ -223,7 +183,7 @@ def test_every_path_compiles_and_accepts_valid_instances_only(
     bare = bare_call_grammar([weather, _tool(schema)])
     xml = xml_tool_call_grammar([_tool(schema)], "<tool_call>", "</tool_call>",
                                 parallel=False, lazy=True)
-    checker.sampler(xml)  # parses (XML values are checked by the real-model tests)
+    assert checker.sampler(xml.text)  # parses (XML values: the real-model tests)
     for value in valid:
         args = json.dumps(value)
         assert checker.accepts(fmt, args), (name, args)
@@ -459,6 +419,39 @@ def test_additional_properties_true_takes_any_value(checker: GrammarChecker) -> 
         for v in ('"text"', "-2.5", "7", "true", "null", "[1, \"x\"]", '{"k": [null]}'):
             assert checker.accepts(g, f'{{"a": 1, "zz": {v}}}'), (required, v)
         assert not checker.accepts(g, '{"a": "one"}')  # its own property keeps its schema
+
+
+@settings(max_examples=60, deadline=None)
+@given(required=st.lists(st.booleans(), min_size=1, max_size=6),
+       extra=st.sampled_from([False, True, {"type": "integer"}]), data=st.data())
+def test_properties_are_written_in_the_schemas_order(checker: GrammarChecker,
+                                                     required: list[bool], extra: Any,
+                                                     data: st.DataObject) -> None:
+    """Any object's properties in the order its schema lists them, each optional one present
+    or not, the other keys after them: every such text is allowed, and a text with two of
+    them swapped, a required one left out or another key first is not (the order OpenAI's
+    structured outputs write; llama-cpp-python's port put the required properties first)."""
+    names = [f"p{i}" for i in range(len(required))]
+    schema = {"type": "object", "properties": {n: {"type": "integer"} for n in names},
+              "required": [n for n, r in zip(names, required, strict=True) if r],
+              "additionalProperties": extra}
+    g = json_grammar(schema)
+    present = [n for n, r in zip(names, required, strict=True)
+               if r or data.draw(st.booleans(), label=n)]
+    others = ["zz"] if extra is not False and data.draw(st.booleans(), label="others") else []
+
+    def text(keys: list[str]) -> str:
+        return "{" + ", ".join(f'"{k}": {i}' for i, k in enumerate(keys)) + "}"
+
+    assert checker.accepts(g, text(present + others)), text(present + others)
+    if len(present) >= 2:
+        swapped = [present[1], present[0], *present[2:]]
+        assert not checker.accepts(g, text(swapped + others)), text(swapped)
+    for i, n in enumerate(present):
+        if required[names.index(n)]:
+            assert not checker.accepts(g, text(present[:i] + present[i + 1:]))
+    if present and extra is not False:
+        assert not checker.accepts(g, text(["zz", *present]))
 
 
 def test_properties_of_the_same_bounds_share_their_rules(checker: GrammarChecker) -> None:

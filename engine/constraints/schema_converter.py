@@ -4,8 +4,10 @@ Python), and what this project changes in it (``_Converter``):
 - a bounded integer or number written as the pattern of its range (``schema_numbers``), and
   each distinct bound (a range, a string length) one rule shared by every property that
   repeats it;
-- an object's other keys (``additionalProperties``) as strings that are none of its declared
-  names, with their commas after its last optional property;
+- an object's properties in the order the schema lists them, as OpenAI's structured outputs
+  and llguidance write them (the port puts the required ones first: a model was made to
+  answer before the reasoning a schema asked for first), and its other keys
+  (``additionalProperties``) after them, as strings that are none of its declared names;
 - a custom tool's grammar inside a JSON string (``lark_rules``);
 - a pattern's stray ``]`` or ``}`` read as the character it is (the port's pattern reader
   loops forever on one: a request's schema held a thread and a core until restart).
@@ -13,6 +15,7 @@ Python), and what this project changes in it (``_Converter``):
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import llama_cpp.llama_grammar
@@ -75,7 +78,6 @@ class _Converter(_G.SchemaConverter):  # type: ignore[misc]
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._shared_rules: dict[tuple[Any, ...], str] = {}  # a bound's key: its rule
-        self._other_kvs: dict[str, str] = {}  # an additional-kvs rule: its kv rule
 
     def visit(self, schema: Any, name: str) -> Any:
         if isinstance(schema, dict) and isinstance(schema.get(CUSTOM_GRAMMAR), dict):
@@ -118,26 +120,47 @@ class _Converter(_G.SchemaConverter):  # type: ignore[misc]
         finally:
             self._raw_pattern = False
 
-    def _add_rule(self, name: str, rule: str) -> str:
-        # llama-cpp-python's port writes an object's other keys after its last optional
-        # property as a bare `kvs` rest (no comma, not optional: `{"a": 1 "x": 2}`);
-        # llama.cpp's converter writes ( "," space kv )*
-        if name.endswith("-rest") and rule in self._other_kvs:
-            rule = f'( "," space {self._other_kvs[rule]} )*'
-        key = str(super()._add_rule(name, rule))
-        if name.endswith("additional-kvs"):
-            self._other_kvs[key] = rule.split(" ", 1)[0]  # (its body: kv ( "," space kv )*)
-        return key
-
     def _build_object_rule(self, properties: list[tuple[str, Any]], required: set[str],
-                           name: str, additional_properties: Any) -> Any:
-        rule = super()._build_object_rule(properties, required, name, additional_properties)
-        extra = f"{name}{'-' if name else ''}additional-kv"
-        if properties and extra in self._rules and \
-                self._rules[extra].startswith("string "):
-            keys = self._other_names([k for k, _ in properties], f"{extra}-key")
-            self._rules[extra] = keys + self._rules[extra][len("string"):]
-        return rule
+                           name: str, additional_properties: Any) -> str:
+        """An object's properties in the schema's order, each required one present, each
+        optional one present or not, then its other keys (``additional_properties`` True or
+        a schema) in any number. Built from the last property back: ``first`` is what may
+        open the object from property i on (no comma before it), ``rest`` what may follow
+        once something was written; one rule of each per property, so the text grows
+        linearly with the properties."""
+        prefix = f"{name}{'-' if name else ''}"
+        kvs = []
+        for prop, schema in properties:
+            value = self.visit(schema, f"{prefix}{prop}")
+            kvs.append((prop, self._add_rule(
+                f"{prefix}{prop}-kv",
+                f'{self._format_literal(json.dumps(prop))} space ":" space {value}'),
+                prop in required))
+        # first(i) is needed up to the first required property; rest(i) is text, made a
+        # rule where first(i - 1) refers to it too (a run of required properties stays one
+        # flat sequence, as the port writes it)
+        leading = next((i for i, (_, _, needed) in enumerate(kvs) if needed), len(kvs))
+        rest = first = ""  # after the last property: its other keys, if any
+        if additional_properties == True or isinstance(additional_properties, dict):  # noqa: E712
+            value = self.visit({} if additional_properties == True else additional_properties,  # noqa: E712
+                               f"{prefix}additional-value")
+            key = (self._other_names([k for k, _ in properties], f"{prefix}additional-kv-key")
+                   if properties else self._add_primitive("string", _G.PRIMITIVE_RULES["string"]))
+            kv = self._add_rule(f"{prefix}additional-kv", f'{key} ":" space {value}')
+            rest = self._add_rule(f"{prefix}additional-rest", f'( "," space {kv} )*')
+            if leading == len(kvs):
+                first = self._add_rule(f"{prefix}additional-first", f"( {kv} {rest} )?")
+        for i in range(len(kvs) - 1, -1, -1):
+            prop, kv, needed = kvs[i]
+            if i <= leading:
+                if " " in rest:  # (else a rule's name already, or nothing)
+                    rest = self._add_rule(f"{prefix}{kvs[i + 1][0]}-rest", rest)
+                opened = f"{kv} {rest}".rstrip()
+                first = self._add_rule(f"{prefix}{prop}-first", opened if needed else (
+                    f"{opened} | {first}" if first else f"( {opened} )?"))
+            rest = (f'"," space {kv} {rest}' if needed else
+                    f'( "," space {kv} )? {rest}').rstrip()
+        return f'"{{" space {first} "}}" space' if first else '"{" space "}" space'
 
     def _other_names(self, names: list[str], rule: str) -> str:
         """A rule for JSON strings written without escapes that are none of ``names``."""
