@@ -454,6 +454,25 @@ def test_properties_are_written_in_the_schemas_order(checker: GrammarChecker,
         assert not checker.accepts(g, text(["zz", *present]))
 
 
+@pytest.mark.parametrize("kind", [["null", "number"], ["number", "string"], "number",
+                                  ["number", "integer"]])
+def test_a_whole_multiple_of_one_makes_a_number_of_any_type_list_an_integer(
+        checker: GrammarChecker, kind: Any) -> None:
+    """``multipleOf: 1`` beside a list of types was dropped, strict or not, with nothing
+    recorded: MaskBench's Github_hard o71827 (``"type": ["null", "number"], "multipleOf":
+    1.0, "minimum": 0``) allowed ``"stars": 100.5``. And with no type at all, strict refuses
+    it by name and not strict records it (it was dropped there too)."""
+    for strict in (True, False):
+        g = json_grammar({"type": kind, "multipleOf": 1.0, "minimum": 0}, strict=strict)
+        assert not g.relaxed
+        assert checker.accepts(g, "100") and checker.accepts(g, "0")
+        for text in ("100.5", "0.25", "-3", "1e3"):
+            assert not checker.accepts(g, text), (kind, text)
+    with pytest.raises(GrammarError, match=r"schema\.multipleOf"):
+        json_grammar({"multipleOf": 1}, strict=True)
+    assert json_grammar({"multipleOf": 1}).relaxed == ("schema.multipleOf: multipleOf 1",)
+
+
 def test_properties_of_the_same_bounds_share_their_rules(checker: GrammarChecker) -> None:
     """A 64-bit integer range or a string length is written once however many properties
     repeat it (real schemas repeat them dozens of times: the grammar grew by ~12 KB each),

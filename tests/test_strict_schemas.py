@@ -170,8 +170,10 @@ def _containers(inner: Any) -> Any:
                                                        {"const": 3}])}, optional={
             "type": st.sampled_from([["integer", "null", "string"], "number"])}),
         st.fixed_dictionaries({"type": st.sampled_from([["integer", "null"],
-                                                        ["string", "null"]])}, optional={
-            "minimum": st.integers(0, 5), "maxLength": st.integers(1, 3)}))
+                                                        ["string", "null"], ["number", "null"],
+                                                        ["number", "string"]])}, optional={
+            "minimum": st.integers(0, 5), "maxLength": st.integers(1, 3),
+            "multipleOf": st.sampled_from([1, 1.0, 0.5, 0.01, 3])}))
     return st.one_of(obj, bare_required, arr, unions)
 
 

@@ -176,13 +176,19 @@ class KeywordRules:
         if not isinstance(step, (int, float)) or isinstance(step, bool) or step <= 0:
             raise SchemaError(f"{where}.multipleOf must be a number > 0")
         rest = {k: v for k, v in out.items() if k != "multipleOf"}
+        kind = out.get("type")
+        kinds = kind if isinstance(kind, list) else [kind]
+        if not {"number", "integer", None} & set(kinds):  # no number: nothing to narrow
+            return rest
         d = decimal(step).normalize()
         _, digits, exponent = d.as_tuple()
-        integer = out.get("type") == "integer"
-        if digits == (1,) and isinstance(exponent, int) and exponent <= 0:
-            if exponent == 0 and out.get("type") == "number":
-                return {**rest, "type": "integer"}
-            return rest if integer or exponent == 0 else {**rest, "$places": -exponent}
+        if kind is not None and digits == (1,) and isinstance(exponent, int) and exponent <= 0:
+            if exponent < 0:  # decimal places (an integer is a multiple of them already)
+                return rest if kind == "integer" else {**rest, "$places": -exponent}
+            # 1: an integer, in a list of types too (it was dropped there: 100.5 passed)
+            return {**rest, "type": list(dict.fromkeys(
+                "integer" if k == "number" else k for k in kinds))
+                if isinstance(kind, list) else "integer"}
         if d == d.to_integral_value() and out.get("type") in ("integer", "number"):
             lo, hi = int_bounds(out)
             k = int(d)
