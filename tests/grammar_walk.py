@@ -22,9 +22,13 @@ FIRST = 64  # candidates the grammar is asked about before all of them
 TOKEN_DATA = np.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")])  # llama_token_data
 
 
-class GrammarWalker:
-    def __init__(self, path: str, closing: tuple[bytes, ...] = (b'"', b"}", b"]", b","),
-                 bias: float = 2.5) -> None:
+class TextChecker:
+    """Whether llama.cpp's grammar sampler (the engine's authority) allows a text: its
+    tokens one by one (a token the grammar forbids gets logit -inf before it would be
+    accepted), then the end (end-of-generation must be allowed there). Any tokenization
+    does: the grammar reads each token's text."""
+
+    def __init__(self, path: str) -> None:
         import llama_cpp as L
 
         self.L = L
@@ -33,8 +37,57 @@ class GrammarWalker:
         self.model = L.llama_model_load_from_file(path.encode(), params)
         assert self.model
         self.vocab = L.llama_model_get_vocab(self.model)
-        n = L.llama_vocab_n_tokens(self.vocab)
         self.eos = L.llama_vocab_eos(self.vocab)
+
+    def sampler(self, grammar: str) -> Any | None:
+        """llama.cpp's grammar sampler (None: llama.cpp could not parse the grammar)."""
+        return self.L.llama_sampler_init_grammar(self.vocab, grammar.encode(), b"root") or None
+
+    def free(self, sampler: Any) -> None:
+        self.L.llama_sampler_free(sampler)
+
+    def _allowed(self, sampler: Any, token: int) -> bool:
+        L = self.L
+        data = (L.llama_token_data * 1)(L.llama_token_data(token, 0.0, 0.0))
+        arr = L.llama_token_data_array(data, 1, -1, False)
+        L.llama_sampler_apply(sampler, ctypes.byref(arr))
+        return bool(data[0].logit != float("-inf"))
+
+    def tokens(self, text: str) -> list[int]:
+        L = self.L
+        raw = text.encode()
+        buf = (L.llama_token * (len(raw) + 8))()
+        n = L.llama_tokenize(self.vocab, raw, len(raw), buf, len(buf), False, False)
+        assert n >= 0
+        return list(buf[:n])
+
+    def allows(self, sampler: Any, text: str) -> bool:
+        """Whether ``sampler`` (fresh, or reset) allows ``text`` whole; it is left past the
+        tokens it took."""
+        for tok in self.tokens(text):
+            if not self._allowed(sampler, tok):
+                return False
+            self.L.llama_sampler_accept(sampler, tok)
+        return self._allowed(sampler, self.eos)
+
+    def accepts(self, grammar: str, text: str) -> bool:
+        sampler = self.sampler(grammar)
+        assert sampler, "llama.cpp could not parse the grammar:\n" + grammar
+        try:
+            return self.allows(sampler, text)
+        finally:
+            self.free(sampler)
+
+    def close(self) -> None:
+        self.L.llama_model_free(self.model)
+
+
+class GrammarWalker(TextChecker):
+    def __init__(self, path: str, closing: tuple[bytes, ...] = (b'"', b"}", b"]", b","),
+                 bias: float = 2.5) -> None:
+        super().__init__(path)
+        L = self.L
+        n = L.llama_vocab_n_tokens(self.vocab)
         self.pieces: list[bytes] = []
         buf = ctypes.create_string_buffer(256)
         for t in range(n):
@@ -95,66 +148,3 @@ class GrammarWalker:
             return None
         finally:
             L.llama_sampler_free(sampler)
-
-    def close(self) -> None:
-        self.L.llama_model_free(self.model)
-
-
-class TextChecker:
-    """Whether llama.cpp's grammar sampler (the engine's authority) allows a text: its
-    tokens one by one (a token the grammar forbids gets logit -inf before it would be
-    accepted), then the end (end-of-generation must be allowed there). Any tokenization
-    does: the grammar reads each token's text."""
-
-    def __init__(self, path: str) -> None:
-        import llama_cpp as L
-
-        self.L = L
-        params = L.llama_model_default_params()
-        params.vocab_only = True
-        self.model = L.llama_model_load_from_file(path.encode(), params)
-        assert self.model
-        self.vocab = L.llama_model_get_vocab(self.model)
-        self.eos = L.llama_vocab_eos(self.vocab)
-
-    def sampler(self, grammar: str) -> Any | None:
-        """llama.cpp's grammar sampler (None: llama.cpp could not parse the grammar)."""
-        return self.L.llama_sampler_init_grammar(self.vocab, grammar.encode(), b"root") or None
-
-    def free(self, sampler: Any) -> None:
-        self.L.llama_sampler_free(sampler)
-
-    def _allowed(self, sampler: Any, token: int) -> bool:
-        L = self.L
-        data = (L.llama_token_data * 1)(L.llama_token_data(token, 0.0, 0.0))
-        arr = L.llama_token_data_array(data, 1, -1, False)
-        L.llama_sampler_apply(sampler, ctypes.byref(arr))
-        return bool(data[0].logit != float("-inf"))
-
-    def tokens(self, text: str) -> list[int]:
-        L = self.L
-        raw = text.encode()
-        buf = (L.llama_token * (len(raw) + 8))()
-        n = L.llama_tokenize(self.vocab, raw, len(raw), buf, len(buf), False, False)
-        assert n >= 0
-        return list(buf[:n])
-
-    def allows(self, sampler: Any, text: str) -> bool:
-        """Whether ``sampler`` (fresh, or reset) allows ``text`` whole; it is left past the
-        tokens it took."""
-        for tok in self.tokens(text):
-            if not self._allowed(sampler, tok):
-                return False
-            self.L.llama_sampler_accept(sampler, tok)
-        return self._allowed(sampler, self.eos)
-
-    def accepts(self, grammar: str, text: str) -> bool:
-        sampler = self.sampler(grammar)
-        assert sampler, "llama.cpp could not parse the grammar:\n" + grammar
-        try:
-            return self.allows(sampler, text)
-        finally:
-            self.free(sampler)
-
-    def close(self) -> None:
-        self.L.llama_model_free(self.model)
