@@ -52,6 +52,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "bench")]
 from report import report  # noqa: E402
 
 DEFAULT_MODEL = Path.home() / ".cache/llamaserve/test-models/tiny-llama-qwen-0.5b.gguf"
+MAX_CRASHES_IN_A_ROW = 20  # then the worker itself is broken (a model it cannot load)
 
 
 def dataset_of(name: str) -> str:
@@ -114,23 +115,38 @@ def worker(mode: str, model: str) -> None:
 
 
 class Worker:
-    def __init__(self, mode: str, model: str) -> None:
+    """One worker process at a time; its stderr (llama.cpp's log, a crash's traceback)
+    goes to ``log``."""
+
+    def __init__(self, mode: str, model: str, log: Path) -> None:
         self.args = [sys.executable, __file__, "--worker", mode, "--model", model]
+        self.log = log
         self.proc: subprocess.Popen[str] | None = None
+        self.crashes_in_a_row = 0
 
     def ask(self, path: Path, timeout: float) -> dict[str, Any]:
         if self.proc is None or self.proc.poll() is not None:
-            self.proc = subprocess.Popen(self.args, stdin=subprocess.PIPE,
-                                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                         text=True)
+            with self.log.open("a") as err:
+                self.proc = subprocess.Popen(self.args, stdin=subprocess.PIPE,
+                                             stdout=subprocess.PIPE, stderr=err, text=True)
         assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write(f"{path}\n")
-        self.proc.stdin.flush()
-        line = _read_line(self.proc.stdout, timeout)
-        if line:
-            return dict(json.loads(line))
-        status = "timeout" if self.proc.poll() is None else "crash"
+        line: str | None = None
+        try:
+            self.proc.stdin.write(f"{path}\n")
+            self.proc.stdin.flush()
+            line = _read_line(self.proc.stdout, timeout)
+            answer = dict(json.loads(line)) if line else None
+        except (BrokenPipeError, json.JSONDecodeError):  # died, or wrote something else
+            answer = None
+        if answer is not None:
+            self.crashes_in_a_row = 0
+            return answer
+        status = "timeout" if line is None and self.proc.poll() is None else "crash"
         self.close()
+        self.crashes_in_a_row += 1
+        if self.crashes_in_a_row >= MAX_CRASHES_IN_A_ROW:
+            raise SystemExit(f"{MAX_CRASHES_IN_A_ROW} schemas in a row crashed the worker: "
+                             f"see {self.log}")
         return {"file": path.name, "status": status}
 
     def close(self) -> None:
@@ -141,8 +157,9 @@ class Worker:
 
 
 def _read_line(stream: IO[str], timeout: float) -> str | None:
+    """A line, "" at the end of the stream (the worker died), None after ``timeout``."""
     ready, _, _ = select.select([stream], [], [], timeout)
-    return stream.readline() or None if ready else None
+    return stream.readline() if ready else None
 
 
 def summarise(mode: str, results: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -188,6 +205,8 @@ def main() -> None:
         return
     if args.data is None:
         ap.error("--data is required")
+    if not Path(args.model).is_file():
+        ap.error(f"--model {args.model}: no such file (tests/make_tiny_model.py writes it)")
     files: dict[str, list[Path]] = defaultdict(list)
     for f in sorted(args.data.glob("*.json")):
         files[dataset_of(f.name)].append(f)
@@ -201,8 +220,10 @@ def main() -> None:
         chosen += group
     rows: list[dict[str, Any]] = []
     details: dict[str, list[dict[str, Any]]] = {}
+    out = Path(os.environ.get("BENCH_OUT", ROOT / "bench" / "results"))
+    out.mkdir(parents=True, exist_ok=True)
     for mode in args.modes.split(","):
-        w = Worker(mode, args.model)
+        w = Worker(mode, args.model, out / "maskbench_worker.log")
         started = time.monotonic()
         results = []
         try:
@@ -215,8 +236,6 @@ def main() -> None:
             w.close()
         details[mode] = results
         rows += summarise(mode, results)
-    out = Path(os.environ.get("BENCH_OUT", ROOT / "bench" / "results"))
-    out.mkdir(parents=True, exist_ok=True)
     (out / "maskbench_schemas.json").write_text(json.dumps(details, indent=1))
     report(rows, "maskbench")
 

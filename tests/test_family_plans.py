@@ -19,7 +19,9 @@ import anthropic
 import httpx
 import jsonschema
 import pytest
+from grammar_walk import TextChecker
 from make_family_models import server_config
+from make_tiny_model import write_tiny_model
 from openai import OpenAI
 from plan_cases import (
     ANSWER,
@@ -97,8 +99,34 @@ def test_family_grammars_wait_for_the_end_of_reasoning_and_type_the_values() -> 
     rules = dict(line.split(" ::= ", 1) for line in g.text.splitlines())
     assert rules["root"].startswith('"<channel|>"')
     assert '"city:" ("<|\\"|>Paris<|\\"|>" | "<|\\"|>Rome<|\\"|>" | "<|\\"|>Oslo<|\\"|>")' \
-        in rules["fn0-args"]  # enum in Gemma 4's own strings
+        in g.text  # enum in Gemma 4's own strings
     assert rules["fn0-args-2"] == '"<|\\"|>" g4-char{0,6} "<|\\"|>"'  # maxLength
+
+
+def test_gemma4_arguments_come_in_the_schemas_order() -> None:
+    """Gemma 4's call arguments, like JSON objects (engine/constraints/schema_converter.py),
+    in the order the schema lists them, optional ones present or not: the required one
+    first was the old order, which made a model answer before the reasoning asked first."""
+    tool = {"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "required": ["answer"], "properties": {
+            "reason": {"type": "string", "maxLength": 8}, "answer": {"type": "integer"},
+            "note": {"type": "string", "maxLength": 8}}}}}
+    g = gemma4_call_grammar([tool], "<|tool_call>", "<tool_call|>", parallel=False,
+                            lazy=False)
+    checker = TextChecker(str(write_tiny_model()))  # (any vocabulary: text is text)
+    try:
+        def call(args: str) -> str:
+            return "<|tool_call>call:f{" + args + "}<tool_call|>"
+
+        q = '<|"|>'
+        for args in (f"reason:{q}why{q},answer:3", "answer:3", f"answer:3,note:{q}n{q}",
+                     f"reason:{q}a{q},answer:-1,note:{q}b{q}"):
+            assert checker.accepts(g.text, call(args)), args
+        for args in (f"answer:3,reason:{q}why{q}", f"note:{q}n{q},answer:3", "",
+                     f"reason:{q}a{q}", f"answer:3,,note:{q}b{q}"):
+            assert not checker.accepts(g.text, call(args)), args
+    finally:
+        checker.close()
 
 
 def test_json_strings_hold_no_raw_control_characters() -> None:

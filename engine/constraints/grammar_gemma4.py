@@ -152,15 +152,21 @@ class _Values:
         pairs = [(key, f'{_gbnf_literal(key + ":")} '
                        f'{self.rule(sub, f"{name}-{i}")}', key in required)
                  for i, (key, sub) in enumerate(props.items())]
-        must = [p for _, p, req in pairs if req]
-        optional = [p for _, p, req in pairs if not req]
-        if must:
-            body = ' "," '.join(must) + "".join(f' ("," {p})?' for p in optional)
-        else:  # which optional one comes first decides where the commas go
-            heads = [" ".join([p, *(f'("," {q})?' for q in optional[i + 1:])])
-                     for i, p in enumerate(optional)]
-            body = "(" + " | ".join(f"({h})" for h in heads) + ")?"
-        return self._add(name, f'"{{" {body} "}}"')
+        # in the schema's order, as the JSON converter writes objects
+        # (engine.constraints.schema_converter): first(i) opens the object from property i
+        # on, rest(i) follows once something was written; a rule where both refer to it
+        leading = next((i for i, (_, _, req) in enumerate(pairs) if req), len(pairs))
+        rest = first = ""
+        for i in range(len(pairs) - 1, -1, -1):
+            _, pair, req = pairs[i]
+            if i <= leading:
+                if rest:
+                    rest = self._add(f"{name}-rest{i + 1}", rest)
+                opened = f"{pair} {rest}".rstrip()
+                first = self._add(f"{name}-first{i}", opened if req else (
+                    f"{opened} | {first}" if first else f"( {opened} )?"))
+            rest = (f'"," {pair} {rest}' if req else f'( "," {pair} )? {rest}').rstrip()
+        return self._add(name, f'"{{" {first} "}}"')
 
     def _array(self, schema: dict[str, Any], name: str) -> str:
         item = self.rule(schema.get("items", True), f"{name}-item")

@@ -153,7 +153,8 @@ class _Converter(_G.SchemaConverter):  # type: ignore[misc]
         for i in range(len(kvs) - 1, -1, -1):
             prop, kv, needed = kvs[i]
             if i <= leading:
-                if " " in rest:  # (else a rule's name already, or nothing)
+                if " " in rest:  # text of rest(i + 1): i + 1 < len(kvs) (past the last
+                    # property, rest is nothing or the additional keys' rule, a name)
                     rest = self._add_rule(f"{prefix}{kvs[i + 1][0]}-rest", rest)
                 opened = f"{kv} {rest}".rstrip()
                 first = self._add_rule(f"{prefix}{prop}-first", opened if needed else (
