@@ -38,6 +38,7 @@ from engine.constraints.grammar import (
 )
 from engine.constraints.json_schema import SchemaSet
 from engine.constraints.lark_rules import CUSTOM_GRAMMAR
+from engine.constraints.schema_converter import ordered_members
 
 QUOTE = '<|"|>'
 _HANDLED = {"type", "properties", "required", "additionalProperties", "items", "minItems",
@@ -149,23 +150,10 @@ class _Values:
         if not props:
             return "g4-object"
         required = set(schema.get("required", []))
-        pairs = [(key, f'{_gbnf_literal(key + ":")} '
-                       f'{self.rule(sub, f"{name}-{i}")}', key in required)
+        pairs = [(f"{name}-{i}", f'{_gbnf_literal(key + ":")} '
+                                 f'{self.rule(sub, f"{name}-{i}")}', key in required)
                  for i, (key, sub) in enumerate(props.items())]
-        # in the schema's order, as the JSON converter writes objects
-        # (engine.constraints.schema_converter): first(i) opens the object from property i
-        # on, rest(i) follows once something was written; a rule where both refer to it
-        leading = next((i for i, (_, _, req) in enumerate(pairs) if req), len(pairs))
-        rest = first = ""
-        for i in range(len(pairs) - 1, -1, -1):
-            _, pair, req = pairs[i]
-            if i <= leading:
-                if rest:
-                    rest = self._add(f"{name}-rest{i + 1}", rest)
-                opened = f"{pair} {rest}".rstrip()
-                first = self._add(f"{name}-first{i}", opened if req else (
-                    f"{opened} | {first}" if first else f"( {opened} )?"))
-            rest = (f'"," {pair} {rest}' if req else f'( "," {pair} )? {rest}').rstrip()
+        first = ordered_members(pairs, self._add, '","')  # the schema's order, as in JSON
         return self._add(name, f'"{{" {first} "}}"')
 
     def _array(self, schema: dict[str, Any], name: str) -> str:

@@ -16,6 +16,7 @@ Python), and what this project changes in it (``_Converter``):
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import llama_cpp.llama_grammar
@@ -122,45 +123,25 @@ class _Converter(_G.SchemaConverter):  # type: ignore[misc]
 
     def _build_object_rule(self, properties: list[tuple[str, Any]], required: set[str],
                            name: str, additional_properties: Any) -> str:
-        """An object's properties in the schema's order, each required one present, each
-        optional one present or not, then its other keys (``additional_properties`` True or
-        a schema) in any number. Built from the last property back: ``first`` is what may
-        open the object from property i on (no comma before it), ``rest`` what may follow
-        once something was written; one rule of each per property, so the text grows
-        linearly with the properties."""
+        """An object's properties in the schema's order (``ordered_members``), then its
+        other keys (``additional_properties`` True or a schema) in any number."""
         prefix = f"{name}{'-' if name else ''}"
         kvs = []
         for prop, schema in properties:
             value = self.visit(schema, f"{prefix}{prop}")
-            kvs.append((prop, self._add_rule(
+            kvs.append((f"{prefix}{prop}", self._add_rule(
                 f"{prefix}{prop}-kv",
                 f'{self._format_literal(json.dumps(prop))} space ":" space {value}'),
                 prop in required))
-        # first(i) is needed up to the first required property; rest(i) is text, made a
-        # rule where first(i - 1) refers to it too (a run of required properties stays one
-        # flat sequence, as the port writes it)
-        leading = next((i for i, (_, _, needed) in enumerate(kvs) if needed), len(kvs))
-        rest = first = ""  # after the last property: its other keys, if any
+        other = None
         if additional_properties == True or isinstance(additional_properties, dict):  # noqa: E712
             value = self.visit({} if additional_properties == True else additional_properties,  # noqa: E712
                                f"{prefix}additional-value")
             key = (self._other_names([k for k, _ in properties], f"{prefix}additional-kv-key")
                    if properties else self._add_primitive("string", _G.PRIMITIVE_RULES["string"]))
-            kv = self._add_rule(f"{prefix}additional-kv", f'{key} ":" space {value}')
-            rest = self._add_rule(f"{prefix}additional-rest", f'( "," space {kv} )*')
-            if leading == len(kvs):
-                first = self._add_rule(f"{prefix}additional-first", f"( {kv} {rest} )?")
-        for i in range(len(kvs) - 1, -1, -1):
-            prop, kv, needed = kvs[i]
-            if i <= leading:
-                if " " in rest:  # text of rest(i + 1): i + 1 < len(kvs) (past the last
-                    # property, rest is nothing or the additional keys' rule, a name)
-                    rest = self._add_rule(f"{prefix}{kvs[i + 1][0]}-rest", rest)
-                opened = f"{kv} {rest}".rstrip()
-                first = self._add_rule(f"{prefix}{prop}-first", opened if needed else (
-                    f"{opened} | {first}" if first else f"( {opened} )?"))
-            rest = (f'"," space {kv} {rest}' if needed else
-                    f'( "," space {kv} )? {rest}').rstrip()
+            other = (f"{prefix}additional",
+                     self._add_rule(f"{prefix}additional-kv", f'{key} ":" space {value}'))
+        first = ordered_members(kvs, self._add_rule, '"," space', other)
         return f'"{{" space {first} "}}" space' if first else '"{" space "}" space'
 
     def _other_names(self, names: list[str], rule: str) -> str:
@@ -189,6 +170,36 @@ class _Converter(_G.SchemaConverter):  # type: ignore[misc]
             return str(self._add_rule(f"{rule}-{next(counter)}", " | ".join(alts)))
 
         return str(self._add_rule(rule, f'"\\"" {walk(trie)} "\\"" space'))
+
+
+def ordered_members(members: list[tuple[str, str, bool]], add_rule: Callable[[str, str], str],
+                    comma: str, other: tuple[str, str] | None = None) -> str:
+    """The rule (its name; "" when the object may only be empty) of an object's members in
+    the order given, each required one present, each optional one present or not, with
+    ``comma`` between them; ``members``: (the stem of its rules' names, its text, whether
+    required); ``other``: (a stem, the text of one of the object's other keys), any number
+    of which may follow. Built from the last member back: ``first`` is what may open the
+    object from member i on (no comma before it), ``rest`` what may follow once something
+    was written. rest(i) stays text, made a rule only where first(i - 1) refers to it too,
+    so a run of required members is one flat sequence and the text grows linearly."""
+    leading = next((i for i, (_, _, needed) in enumerate(members) if needed), len(members))
+    rest = first = ""  # after the last member: the other keys, if any
+    if other is not None:
+        stem, kv = other
+        rest = add_rule(f"{stem}-rest", f"( {comma} {kv} )*")
+        if leading == len(members):
+            first = add_rule(f"{stem}-first", f"( {kv} {rest} )?")
+    for i in range(len(members) - 1, -1, -1):
+        stem, kv, needed = members[i]
+        if i <= leading:  # first(i) is needed up to the first required member
+            if " " in rest:  # text of rest(i + 1), so i + 1 < len(members) (past the last
+                # member, rest is nothing or the other keys' rule, a name)
+                rest = add_rule(f"{members[i + 1][0]}-rest", rest)
+            opened = f"{kv} {rest}".rstrip()
+            first = add_rule(f"{stem}-first", opened if needed else (
+                f"{opened} | {first}" if first else f"( {opened} )?"))
+        rest = (f"{comma} {kv} {rest}" if needed else f"( {comma} {kv} )? {rest}").rstrip()
+    return first
 
 
 def custom_rule(conv: Any, spec: dict[str, Any], name: str, json_mode: bool) -> str:
