@@ -455,22 +455,72 @@ def test_properties_are_written_in_the_schemas_order(checker: GrammarChecker,
 
 
 @pytest.mark.parametrize("kind", [["null", "number"], ["number", "string"], "number",
-                                  ["number", "integer"]])
+                                  ["number", "integer"], None])
 def test_a_whole_multiple_of_one_makes_a_number_of_any_type_list_an_integer(
         checker: GrammarChecker, kind: Any) -> None:
     """``multipleOf: 1`` beside a list of types was dropped, strict or not, with nothing
     recorded: MaskBench's Github_hard o71827 (``"type": ["null", "number"], "multipleOf":
-    1.0, "minimum": 0``) allowed ``"stars": 100.5``. And with no type at all, strict refuses
-    it by name and not strict records it (it was dropped there too)."""
+    1.0, "minimum": 0``) allowed ``"stars": 100.5``. With no type at all (dropped there
+    too), bounds alone make a number, here an integer."""
     for strict in (True, False):
-        g = json_grammar({"type": kind, "multipleOf": 1.0, "minimum": 0}, strict=strict)
+        schema = {"multipleOf": 1.0, "minimum": 0} if kind is None else \
+            {"type": kind, "multipleOf": 1.0, "minimum": 0}
+        g = json_grammar(schema, strict=strict)
         assert not g.relaxed
         assert checker.accepts(g, "100") and checker.accepts(g, "0")
         for text in ("100.5", "0.25", "-3", "1e3"):
             assert not checker.accepts(g, text), (kind, text)
-    with pytest.raises(GrammarError, match=r"schema\.multipleOf"):
-        json_grammar({"multipleOf": 1}, strict=True)
-    assert json_grammar({"multipleOf": 1}).relaxed == ("schema.multipleOf: multipleOf 1",)
+
+
+@pytest.mark.parametrize("schema", [{"minimum": 1.5}, {"maximum": 3, "exclusiveMinimum": -2},
+                                    {"multipleOf": 2, "minimum": 0, "maximum": 10},
+                                    {"multipleOf": 0.1, "maximum": 10}])
+def test_bounds_without_a_type_make_a_number_within_them(checker: GrammarChecker,
+                                                        schema: dict[str, Any]) -> None:
+    """``{"minimum": 1}`` (a property's whole schema in real tool definitions) was an
+    "Unrecognized schema" error from the converter, strict or not: now the number it means,
+    within its bounds, checked against the validator on either side of them."""
+    import jsonschema
+
+    for strict in (True, False):
+        g = json_grammar({"type": "object", "properties": {"n": schema}, "required": ["n"]},
+                         strict=strict)
+        assert not g.relaxed
+        for x in (-3, -2, -1.5, 0, 0.5, 1, 1.5, 2, 2.5, 3, 3.5, 10, 10.5, 11):
+            text = json.dumps({"n": x})
+            assert checker.accepts(g, text) == jsonschema.Draft202012Validator(
+                schema).is_valid(x), (schema, text)
+        assert not checker.accepts(g, '{"n": "2"}')
+
+
+_NUMBER_SHAPES = [({"type": "number"}, "{}"), ({"type": ["number", "null"]}, "{}"),
+                  ({"properties": {"x": {"type": "number"}}}, '{{"x": {}}}'),
+                  ({"type": "array", "items": {"type": "number"}}, "[{}]"), ({}, "{}")]
+
+
+# floats of every decimal exponent, most near the point where Python's repr changes form
+# (Hypothesis' own floats are mostly huge or tiny); moderate ones with 17 digits
+_SCALED = st.builds(lambda m, e: float(f"{m}e{e}"), st.integers(-(10**17), 10**17),
+                    st.integers(-30, 8) | st.integers(-330, 300))
+_NUMBERS = (_SCALED | st.floats(-1e6, 1e6) | st.floats(allow_nan=False, allow_infinity=False)
+            | st.integers(-(10**15), 10**15))
+
+
+@settings(max_examples=80, deadline=None)
+@given(x=_NUMBERS, shape=st.sampled_from(_NUMBER_SHAPES))
+def test_every_number_json_writes_is_a_number(checker: GrammarChecker, x: float,
+                                             shape: tuple[dict[str, Any], str]) -> None:
+    """A number as Python's ``json.dumps`` writes it is allowed wherever the schema wants a
+    number (alone, a type list, a property, an item, any value): llama-cpp-python's number
+    rule read an exponent as an integer part, with no leading zero, and refused ``1e-06``
+    (0.000001), and its fraction stopped at 16 digits (``0.30000000000000004``). Its ends
+    are still JSON's: no leading zero, no bare point or exponent."""
+    schema, wrap = shape
+    g = json_grammar(schema)
+    text = json.dumps(x)
+    assert checker.accepts(g, wrap.format(text)), text
+    for bad in (text + ".", text + "e", text + "e+", "0" + text.lstrip("-")):
+        assert not checker.accepts(g, wrap.format(bad)), bad
 
 
 def test_properties_of_the_same_bounds_share_their_rules(checker: GrammarChecker) -> None:

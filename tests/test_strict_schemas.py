@@ -124,9 +124,12 @@ FORMATS = ["date", "time", "date-time", "email", "ipv4", "ipv6", "uuid", "hostna
 def _numbers() -> Any:
     ints = st.integers(-50, 120)
     nums = st.one_of(ints, st.decimals(-20, 20, places=2).map(float))
-    return st.fixed_dictionaries({"type": st.sampled_from(["integer", "number"])}, optional={
+    # no type at all too: bounds alone make a number
+    return st.fixed_dictionaries({"type": st.sampled_from(["integer", "number", None])},
+                                 optional={
         "minimum": nums, "maximum": nums, "exclusiveMinimum": nums, "exclusiveMaximum": nums,
-        "multipleOf": st.sampled_from([1, 2, 5, 0.5, 0.1, 0.01, 3])})
+        "multipleOf": st.sampled_from([1, 2, 5, 0.5, 0.1, 0.01, 3])}).map(
+        lambda s: {k: v for k, v in s.items() if v is not None})
 
 
 def _strings() -> Any:

@@ -10,7 +10,10 @@ Python), and what this project changes in it (``_Converter``):
   (``additionalProperties``) after them, as strings that are none of its declared names;
 - a custom tool's grammar inside a JSON string (``lark_rules``);
 - a pattern's stray ``]`` or ``}`` read as the character it is (the port's pattern reader
-  loops forever on one: a request's schema held a thread and a core until restart).
+  loops forever on one: a request's schema held a thread and a core until restart);
+- a JSON number as JSON writes it: the port's exponent was an integer part, with no leading
+  zero, so ``1e-06`` (how Python writes 0.000001) was refused, and its fraction stopped at
+  16 digits, so ``0.30000000000000004`` (Python's 0.1 + 0.2) was too (``NUMBER``).
 """
 
 from __future__ import annotations
@@ -42,6 +45,13 @@ class GrammarError(ValueError):
 
 
 _gbnf_literal = gbnf_literal
+# every float Python's repr writes: up to 16 integer digits (repr switches to an exponent at
+# 1e16), a fraction of up to 4 zeros and 17 significant digits, an exponent's digits with
+# leading zeros as JSON allows them (1e-06)
+NUMBER = _G.BuiltinRule('("-"? integral-part) ("." fraction-part)? ([eE] [-+]? exponent-part)? '
+                        "space", ["integral-part", "fraction-part", "exponent-part"])
+_NUMBER_PARTS = {"fraction-part": _G.BuiltinRule("[0-9]{1,21}", []),
+                 "exponent-part": _G.BuiltinRule("[0-9]{1,16}", [])}
 _PLAIN_STRING = {"type", "minLength", "maxLength", "description", "title", "examples",
                  "default", "$comment"}
 
@@ -105,6 +115,19 @@ class _Converter(_G.SchemaConverter):  # type: ignore[misc]
 
     def _visit_pattern(self, pattern: str, name: str) -> Any:
         return super()._visit_pattern(stray_closers_as_classes(pattern), name)
+
+    def _add_primitive(self, name: str, rule: Any) -> Any:
+        """The port's primitives, with JSON's own number (``NUMBER``) for its number."""
+        if rule is _G.PRIMITIVE_RULES["number"]:
+            rule = NUMBER
+        if name in _NUMBER_PARTS:  # (the port looks a dependency up in its own table)
+            rule = _NUMBER_PARTS[name]
+        n = self._add_rule(name, rule.content)
+        for dep in rule.deps:
+            if dep not in self._rules:
+                self._add_primitive(dep, _NUMBER_PARTS.get(dep) or _G.PRIMITIVE_RULES.get(dep)
+                                    or _G.STRING_FORMAT_RULES[dep])
+        return n
 
     def _shared(self, key: tuple[Any, ...], make: Any) -> str:
         """One rule for every schema of the same bounds: a 64-bit integer range is ~12 KB of

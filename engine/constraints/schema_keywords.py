@@ -151,10 +151,15 @@ class KeywordRules:
     def _numbers(self, out: dict[str, Any], where: str) -> dict[str, Any]:
         """Numeric bounds checked to be writable (``engine.constraints.grammar``'s converter writes
         them from ``schema_numbers``); ``multipleOf`` of a power of ten as decimal
-        places, of a whole number within small bounds as the listed multiples."""
+        places, of a whole number within small bounds as the listed multiples. Bounds with
+        no type and nothing else make a number."""
         if not any(k in out for k in NUMERIC) or "enum" in out or "const" in out:
             return {k: v for k, v in out.items() if k not in NUMERIC} \
                 if "enum" in out or "const" in out else out
+        if "type" not in out and set(out) <= {*NUMERIC}:
+            # bounds alone mean a number, as `properties` alone means an object (the
+            # converter had no rule for a typeless bound: "Unrecognized schema")
+            out = {**out, "type": "number"}
         step = out.get("multipleOf")
         if step is not None:
             out = self._multiple(out, step, where)
