@@ -47,17 +47,21 @@ def _candidates(lo: Decimal | None, hi: Decimal | None, extra: list[Decimal]) ->
     for b in (lo, hi):
         if b is None:
             continue
-        for step in ("0.001", "0.0001", "0.1", "1", "0.0000001"):
+        for step in ("0.001", "0.0001", "0.1", "1", "0.0000001", "0.00000000001234"):
             for x in (b - Decimal(step), b, b + Decimal(step)):
                 out.add(format(x, "f"))
-    out |= {"0", "0.0", "0.5", "-0.5", "1.000", "-1", "10", "12.25"}
+    out |= {"0", "0.0", "0.5", "-0.5", "1.000", "-1", "10", "12.25", "0.0160425",
+            "-3.14159265358979", "123456789.123456", "0.12345678901234", "99.9999999"}
     return sorted(out)
 
 
 def _canonical(text: str) -> bool:
-    """JSON number text as a model may write it, within the pattern's digit caps."""
-    return (re.fullmatch(r"-?(0|[1-9][0-9]{0,8})(\.[0-9]{1,6})?", text) is not None and \
-        text.lstrip("-") != "0" * len(text.lstrip("-"))) or text == "0"
+    """JSON number text as a model may write it, within the pattern's digit caps: an
+    integer part of at most 9 digits, 15 digits in all (a fraction of 14 after "0.")."""
+    m = re.fullmatch(r"-?(0|[1-9][0-9]{0,8})(\.[0-9]+)?", text)
+    if m is None or len(m[1]) + len(m[2] or ".") - 1 > 15:
+        return False
+    return text.lstrip("-") != "0" * len(text.lstrip("-")) or text == "0"
 
 
 @settings(max_examples=300, deadline=None)

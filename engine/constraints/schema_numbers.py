@@ -17,13 +17,13 @@ A schema whose bounds cannot be written within those caps is a ``ValueError``.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
 INT_DIGITS = 15  # an integer's digits when nothing bounds it (a double's exact range)
 NUMBER_INT_DIGITS = 9  # a number's integer-part digits when nothing bounds them
 SIGNIFICANT = 15  # significant digits a double tells apart
-EXTRA_FRACTION = 6  # fraction digits beyond the bounds' own
 
 
 def _digits_range(lo: str, hi: str) -> str:
@@ -182,25 +182,37 @@ def _split(x: Decimal) -> tuple[int, str]:
     return whole, digits
 
 
+def _lengths(lo: int, hi: int) -> list[tuple[int, int, int]]:
+    """``lo..hi`` (whole numbers, lo <= hi) split by their count of digits: (n, from, to)."""
+    out = []
+    for n in range(len(str(lo)), len(str(hi)) + 1):
+        first, last = max(lo, 10 ** (n - 1) if n > 1 else 0), min(hi, 10 ** n - 1)
+        if first <= last:
+            out.append((n, first, last))
+    return out
+
+
 def _positive(lo: Decimal, lo_strict: bool, hi: Decimal | None, hi_strict: bool,
-              r: int) -> str | None:
-    """Numbers x >= 0 with lo <= x <= hi (strict per side), fraction of at most r digits."""
+              places: Callable[[int], int]) -> str | None:
+    """Numbers x >= 0 with lo <= x <= hi (strict per side), the fraction of an integer part
+    of n digits at most ``places(n)`` digits."""
     li, lf = _split(lo)
-    if hi is None:
-        parts = [_with_fraction(str(li), _frac_at_least(lf, r, lo_strict))]
-        above = natural_range(li + 1, None, max(NUMBER_INT_DIGITS, len(str(li))))
-        if above is not None:
-            parts.append(_with_fraction(above, _frac_any(r)))
-        return _alt(*parts)
-    hi_i, hf = _split(hi)
-    if li == hi_i:
-        return _with_fraction(str(li), _frac_between(lf, hf, r, lo_strict, hi_strict))
-    parts = [_with_fraction(str(li), _frac_at_least(lf, r, lo_strict))]
-    if hi_i - li > 1:
-        mid = natural_range(li + 1, hi_i - 1)
-        assert mid is not None
-        parts.append(_with_fraction(mid, _frac_any(r)))
-    parts.append(_with_fraction(str(hi_i), _frac_at_most(hf, r, hi_strict)))
+    low = _frac_at_least(lf, places(len(str(li))), lo_strict)
+    if hi is not None and int(hi) == li:
+        return _with_fraction(str(li), _frac_between(
+            lf, _split(hi)[1], places(len(str(li))), lo_strict, hi_strict))
+    parts = [_with_fraction(str(li), low)]
+    top = int(hi) - 1 if hi is not None else \
+        10 ** max(NUMBER_INT_DIGITS, len(str(li))) - 1
+    if top > li:
+        for n, first, last in _lengths(li + 1, top):
+            rx = natural_range(first, last)
+            assert rx is not None
+            parts.append(_with_fraction(rx, _frac_any(places(n))))
+    if hi is not None:
+        hi_i, hf = _split(hi)
+        parts.append(_with_fraction(str(hi_i), _frac_at_most(hf, places(len(str(hi_i))),
+                                                             hi_strict)))
     return _alt(*parts)
 
 
@@ -215,35 +227,33 @@ def decimal(value: float | int) -> Decimal:
 def number_pattern(lo: Decimal | None, lo_strict: bool, hi: Decimal | None, hi_strict: bool,
                    fraction_digits: int | None = None) -> str:
     """An anchored regex for JSON numbers (no exponent) between the bounds; at most
-    ``fraction_digits`` digits after the point (a ``multipleOf`` of 10^-n), else as many as
-    the bounds' own plus ``EXTRA_FRACTION`` within ``SIGNIFICANT``."""
+    ``fraction_digits`` digits after the point (a ``multipleOf`` of 10^-n), and at most
+    ``SIGNIFICANT`` digits in all (an integer part of n digits: 15 - n after the point)."""
     if (lo is not None and not lo.is_finite()) or (hi is not None and not hi.is_finite()):
         raise ValueError("a bound is not a finite number")
     if lo is not None and hi is not None and (lo > hi or (lo == hi and (lo_strict or hi_strict))):
         raise ValueError(f"no number lies between {lo} and {hi}")
-    bounds = [x for x in (lo, hi) if x is not None]
-    own = max((len(_split(abs(x))[1]) for x in bounds), default=0)
-    whole = max((len(str(_split(abs(x))[0])) for x in bounds), default=1)
-    if hi is None or lo is None:
-        whole = max(whole, NUMBER_INT_DIGITS)
-    r = min(own + EXTRA_FRACTION, max(SIGNIFICANT - whole, 0))
-    if fraction_digits is not None:
-        r = min(r, fraction_digits)
-    if r < own:
-        raise ValueError("the bounds have more significant digits than a double tells apart")
+    def places(n: int) -> int:
+        r = max(SIGNIFICANT - n, 0)
+        return r if fraction_digits is None else min(r, fraction_digits)
+
+    bounds = [_split(abs(x)) for x in (lo, hi) if x is not None]
+    if any(len(frac) > places(len(str(whole))) for whole, frac in bounds):
+        raise ValueError("a bound has more digits than a double tells apart (15 in all)")
+
     parts = []
     zero = Decimal(0)
     if hi is None or hi >= 0:  # x >= 0
         low, low_strict = (lo, lo_strict) if lo is not None and lo >= 0 else (zero, False)
-        parts.append(_positive(low, low_strict, hi, hi_strict, r))
+        parts.append(_positive(low, low_strict, hi, hi_strict, places))
     if lo is None or lo < 0:  # x = -y < 0, y > 0
         y_lo, y_strict = (-hi, hi_strict) if hi is not None and hi < 0 else (zero, True)
-        rx = _positive(y_lo, y_strict, -lo if lo is not None else None, lo_strict, r)
+        rx = _positive(y_lo, y_strict, -lo if lo is not None else None, lo_strict, places)
         if rx is not None:
             parts.append("-(" + rx + ")")
     kept = [p for p in parts if p]
     if not kept:
-        raise ValueError(f"no number with at most {r} decimals lies between {lo} and {hi}")
+        raise ValueError(f"no number with the decimals it may have lies between {lo} and {hi}")
     return "^(" + "|".join(kept) + ")$"
 
 
