@@ -49,7 +49,7 @@ _HANDLED = {"type", "properties", "required", "additionalProperties", "items", "
 _BASE = {
     "g4-char": '[^<] | "<" [^|]',  # a string cannot hold the start of a control token
     "g4-string": f'{_gbnf_literal(QUOTE)} g4-char* {_gbnf_literal(QUOTE)}',
-    "g4-number": '"-"? ([0-9] | [1-9] [0-9]{0,15}) ("." [0-9]{1,16})? ([eE] [-+]? [0-9]{1,3})?',
+    "g4-number": '"-"? ([0-9] | [1-9] [0-9]{0,15}) ("." [0-9]{1,21})? ([eE] [-+]? [0-9]{1,3})?',
     "g4-key": "[A-Za-z_] [A-Za-z0-9_]{0,63}",
     "g4-object": '"{" (g4-key ":" g4-value ("," g4-key ":" g4-value)*)? "}"',
     "g4-array": '"[" (g4-value ("," g4-value)*)? "]"',
