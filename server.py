@@ -6,7 +6,7 @@
 #   "starlette>=0.37",
 #   "uvicorn>=0.30",
 #   "jinja2>=3.1",
-#   "jsonschema>=4.20",
+#   "jsonschema[format-nongpl]>=4.20",
 #   "huggingface-hub>=0.23",
 #   "numpy>=1.26",
 #   "websockets>=12",
