@@ -51,14 +51,15 @@ def _candidates(lo: Decimal | None, hi: Decimal | None, extra: list[Decimal]) ->
             for x in (b - Decimal(step), b, b + Decimal(step)):
                 out.add(format(x, "f"))
     out |= {"0", "0.0", "0.5", "-0.5", "1.000", "-1", "10", "12.25", "0.0160425",
-            "-3.14159265358979", "123456789.123456", "0.12345678901234", "99.9999999"}
+            "-3.14159265358979", "123456789.123456", "0.12345678901234", "99.9999999",
+            "1643723400", "1670407800000.5", "-123456789012345", "12345678901234.5"}
     return sorted(out)
 
 
 def _canonical(text: str) -> bool:
     """JSON number text as a model may write it, within the pattern's digit caps: an
-    integer part of at most 9 digits, 15 digits in all (a fraction of 14 after "0.")."""
-    m = re.fullmatch(r"-?(0|[1-9][0-9]{0,8})(\.[0-9]+)?", text)
+    integer part of at most 15 digits, 15 digits in all (a fraction of 14 after "0.")."""
+    m = re.fullmatch(r"-?(0|[1-9][0-9]{0,14})(\.[0-9]+)?", text)
     if m is None or len(m[1]) + len(m[2] or ".") - 1 > 15:
         return False
     return text.lstrip("-") != "0" * len(text.lstrip("-")) or text == "0"

@@ -22,7 +22,8 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 INT_DIGITS = 15  # an integer's digits when nothing bounds it (a double's exact range)
-NUMBER_INT_DIGITS = 9  # a number's integer-part digits when nothing bounds them
+NUMBER_INT_DIGITS = INT_DIGITS  # a number's integer-part digits when nothing bounds them (its
+# fraction then has what is left of SIGNIFICANT: a timestamp 1643723400 under minimum 0)
 SIGNIFICANT = 15  # significant digits a double tells apart
 
 
