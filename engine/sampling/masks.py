@@ -14,12 +14,15 @@ the full check for good).
 A request's matcher is made at its first such step (most requests never need one), from
 the request's GBNF in Lark form (``engine.constraints.gbnf_lark``), and catches up on the
 tokens taken so far. It is a copy of a matcher kept at the grammar's start (``deep_copy``:
-1-3 microseconds), compiled once per grammar, on the prepare pool when the tokenizer is
-ready by then: compiling one took 2.5-3 ms for a one-tool grammar, on the engine thread,
+1-3 microseconds), compiled once per grammar in the background (one thread, started when the
+prepare pool hands a grammar over once the tokenizer is built; the request does not wait
+for it): compiling one took 2.5-5.5 ms (one tool; Claude Code's 24), on the engine thread,
 at every request's first masked step, and every stream waited for it (agents send the same
-tools every turn). The tokenizer (every token by its text, control tokens included, as
-GBNF reads them) is built once per model, in a background thread started by the model's
-first constrained request (~1.4 s and 16 MiB for 150k tokens: llguidance's slicer, which
+tools every turn). llguidance releases the GIL while it compiles.
+
+The tokenizer (every token by its text, control tokens included, as GBNF reads them) is
+built once per model, in a background thread started by the model's first constrained
+request (~1.4 s and 16 MiB for 150k tokens: llguidance's slicer, which
 speeds up masks that allow most of the vocabulary, would take 45 MiB more and is left
 out, since the best candidates decide those steps); the first step that needs it waits
 for it, so a seeded request gives the same tokens however soon it comes. For grammars
@@ -37,6 +40,7 @@ import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import llama_cpp
@@ -74,8 +78,9 @@ class MaskEngine:
         self._building: threading.Thread | None = None
         self._specs: OrderedDict[str, str] = OrderedDict()
         # a matcher at each grammar's start, copied for each request (None: llguidance
-        # reported an error for it)
-        self._compiled: OrderedDict[str, Any] = OrderedDict()
+        # reported an error for it), compiled on ``_compiler`` (made at the first)
+        self._compiled: OrderedDict[str, Future[Any]] = OrderedDict()
+        self._compiler: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
         self._mask = np.zeros((1, (n_vocab + 31) // 32), np.int32)
         self.enabled = available()
@@ -95,9 +100,12 @@ class MaskEngine:
         return self._tokenizer
 
     def close(self) -> None:
-        """Wait for a build under way (it reads the model's vocabulary, about to be freed)."""
+        """Wait for a build under way (it reads the model's vocabulary, about to be freed)
+        and for the compiles."""
         if self._building is not None:
             self._building.join()
+        if self._compiler is not None:
+            self._compiler.shutdown(wait=True, cancel_futures=True)
 
     def _build(self) -> None:
         try:
@@ -130,7 +138,7 @@ class MaskEngine:
         """Convert ``grammar`` for llguidance before its request reaches the engine (on the
         prepare pool, beside llama.cpp's check): the conversion is pure Python, about 1 ms
         per 1,000 characters, and at the first masked step it would hold up every stream.
-        Compiled too, once the tokenizer is built (not waited for)."""
+        Its compile starts too, once the tokenizer is built (neither is waited for)."""
         if self.enabled:
             spec = self._spec(grammar)
             if spec and self._tokenizer is not None:
@@ -163,7 +171,7 @@ class MaskEngine:
         spec = self._spec(grammar)
         if not spec:
             return None
-        start = self._start_of(grammar, spec, tok)
+        start = self._start_of(grammar, spec, tok).result()  # (compiled, or under way)
         if start is None:
             return None
         m = start.deep_copy()
@@ -171,22 +179,20 @@ class MaskEngine:
             return None
         return m
 
-    def _start_of(self, grammar: str, spec: str, tok: Any) -> Any | None:
-        """The matcher kept at ``grammar``'s start, compiled now if it is not kept (None:
-        llguidance reports an error for it). Never advanced: requests get copies."""
+    def _start_of(self, grammar: str, spec: str, tok: Any) -> Future[Any]:
+        """The matcher kept at ``grammar``'s start (None: llguidance reports an error for
+        it), its compile started if it is not kept. Never advanced: requests get copies."""
         with self._lock:
-            if grammar in self._compiled:
+            kept = self._compiled.get(grammar)
+            if kept is not None:
                 self._compiled.move_to_end(grammar)
-                return self._compiled[grammar]
-        from llguidance import LLMatcher
-
-        m = LLMatcher(tok, spec, log_level=0)
-        start = None if m.is_error() else m
-        with self._lock:
-            self._compiled[grammar] = start
+                return kept
+            if self._compiler is None:
+                self._compiler = ThreadPoolExecutor(1, thread_name_prefix="mask-compile")
+            kept = self._compiled[grammar] = self._compiler.submit(_compile, tok, spec)
             if len(self._compiled) > MAX_COMPILED:
                 self._compiled.popitem(last=False)
-        return start
+            return kept
 
     def allowed(self, matcher: Any) -> npt.NDArray[np.intp]:
         """The ids the matcher allows next."""
@@ -199,3 +205,11 @@ class MaskEngine:
         ids = words.repeat(32) * 32 + np.tile(_BIT, len(words))
         ids = ids[bits.view(np.bool_)]
         return ids[ids < self.n_vocab] if len(ids) and ids[-1] >= self.n_vocab else ids
+
+
+def _compile(tok: Any, spec: str) -> Any | None:
+    """A matcher at the start of ``spec``'s grammar (None: llguidance reports an error)."""
+    from llguidance import LLMatcher
+
+    m = LLMatcher(tok, spec, log_level=0)
+    return None if m.is_error() else m
