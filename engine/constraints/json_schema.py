@@ -47,6 +47,7 @@ from typing import Any
 import jsonschema
 
 from engine.constraints.lark_rules import CUSTOM_GRAMMAR
+from engine.constraints.pattern_lengths import within_lengths
 from engine.constraints.schema_keywords import KeywordRules
 from engine.constraints.schema_merge import CHECKED_FORMATS, FORMATS, UNSAT, disjoint, merge
 from engine.constraints.schema_patterns import (
@@ -253,7 +254,8 @@ class _Localizer(KeywordRules):
             elif key in COUNTS:
                 if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                     raise SchemaError(f"{where}.{key} must be a whole number >= 0")
-                if value > REPEAT_LIMIT:
+                if value > REPEAT_LIMIT and not (key.endswith("Length") and (
+                        "pattern" in node or "format" in node)):  # (see _strings)
                     self.loose(f"{where}.{key}", f"{value} relaxed (unbounded)")
                 else:
                     out[key] = value
@@ -368,7 +370,8 @@ class _Localizer(KeywordRules):
 
     def _strings(self, out: dict[str, Any], where: str) -> dict[str, Any]:
         """``format`` as a pattern; the keywords the converter reads one at a time
-        (a pattern, a format, a length) checked to come alone."""
+        (a pattern, a format, a length) checked to come alone: lengths beside a pattern
+        written into it where they can be (``engine.constraints.pattern_lengths``)."""
         fmt = out.get("format")
         if isinstance(fmt, str) and "enum" not in out and "const" not in out:
             if fmt in FORMATS:
@@ -381,8 +384,13 @@ class _Localizer(KeywordRules):
         out.pop("format", None)
         if "pattern" in out and ("minLength" in out or "maxLength" in out) and \
                 _type_may_be(out, "string"):
-            self.loose(f"{where}.pattern", "a length beside a pattern")
+            fitted = within_lengths(out["pattern"], out.get("minLength", 0),
+                                    out.get("maxLength"))
+            if fitted is None:
+                self.loose(f"{where}.pattern", "a length beside a pattern")
             out = {k: v for k, v in out.items() if k not in ("minLength", "maxLength")}
+            if fitted is not None:
+                out["pattern"] = fitted
         return out
 
     def _types(self, node: dict[str, Any], out: dict[str, Any], where: str) -> dict[str, Any]:

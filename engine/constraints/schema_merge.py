@@ -38,8 +38,10 @@ _SUB = "!$&'()*+,;="  # (bare in a class: llama.cpp's grammar has no \( escape)
 _PCHAR = f"([a-zA-Z0-9._~{_SUB}:@-]|{_PCT})"
 _AUTHORITY = (f"(([a-zA-Z0-9._~{_SUB}:-]|{_PCT})*@)?([a-zA-Z0-9._~{_SUB}-]|{_PCT})*"
               "(:[0-9]{0,5})?")
-_URI = (f"[a-zA-Z][a-zA-Z0-9+.-]{{0,15}}:(//{_AUTHORITY}(/{_PCHAR}*)*|/({_PCHAR}+(/{_PCHAR}*)*)?"
-        f"|{_PCHAR}+(/{_PCHAR}*)*)?([?]({_PCHAR}|[/?])*)?(#({_PCHAR}|[/?])*)?")
+# (RFC 3986's paths, "(/ segment)*" and the like, written flat: a path character or "/"
+# repeated, the same strings, so a maxLength beside it caps one count, not two nested)
+_URI = (f"[a-zA-Z][a-zA-Z0-9+.-]{{0,15}}:(//{_AUTHORITY}(/({_PCHAR}|/)*)?|/({_PCHAR}({_PCHAR}|/)*)?"
+        f"|{_PCHAR}({_PCHAR}|/)*)?([?]({_PCHAR}|[/?])*)?(#({_PCHAR}|[/?])*)?")
 _N = "[0-9]{1,4}"
 _DUR_TIME = f"T({_N}H({_N}M({_N}S)?)?|{_N}M({_N}S)?|{_N}S)"
 FORMATS = {

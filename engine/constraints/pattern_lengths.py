@@ -1,0 +1,133 @@
+"""A string's ``minLength`` / ``maxLength`` beside its ``pattern`` (or a ``format``, which
+is one), written into the pattern. Pure Python.
+
+The grammar converter reads a string's pattern or its lengths, not both. Pydantic writes
+them together for common fields (``HttpUrl``: ``format: uri``, ``minLength: 1``,
+``maxLength: 2083``; ``constr(pattern=..., max_length=...)``), and strict refused such
+schemas. A pattern anchored at both ends has a shortest and a longest match
+(``lengths``); when those lie within the bounds, the lengths say nothing more. When only
+its longest is too long, each count of the pattern (``*``, ``+``, ``{n,}``, large ``{n,m}``)
+is capped at the largest k that brings its longest within ``maxLength`` (its unbounded counts
+first, all of them if that is not enough): every string the
+capped pattern allows has a length within the bounds (a subset of what the schema allows,
+as the other exact rewrites are). A pattern shorter than ``minLength`` allows, or one not
+anchored at both ends, is left to be relaxed or refused as before.
+"""
+
+from __future__ import annotations
+
+import re
+
+from engine.constraints.regex_rules import (
+    MAX_COUNT,
+    Alt,
+    Chars,
+    Node,
+    RegexError,
+    RegexParser,
+    Repeat,
+    Seq,
+    Text,
+)
+
+_COUNT = re.compile(r"\{(\d*)(,(\d*))?\}")
+
+
+def lengths(node: Node) -> tuple[int, int | None]:
+    """The shortest and the longest text ``node`` matches, in characters (None: no end)."""
+    high: int | None
+    if isinstance(node, Chars):
+        return 1, 1
+    if isinstance(node, Text):
+        return len(node.text), len(node.text)
+    if isinstance(node, Seq):
+        low, high = 0, 0
+        for item in node.items:
+            a, b = lengths(item)
+            low += a
+            high = None if high is None or b is None else high + b
+        return low, high
+    if isinstance(node, Alt):
+        spans = [lengths(o) for o in node.options]
+        highs = [b for _, b in spans]
+        return min(a for a, _ in spans), None if None in highs else max(h or 0 for h in highs)
+    if isinstance(node, Repeat):
+        a, b = lengths(node.item)
+        if node.high is None:
+            return a * node.low, None if b != 0 else 0
+        return a * node.low, None if b is None else b * node.high
+    return 0, None  # (a rule reference: unknown)
+
+
+def capped(pattern: str, k: int, bounded: bool = True) -> str:
+    """``pattern`` with every count above ``k`` (unbounded ones too; bounded ones only with
+    ``bounded``) brought down to ``k`` (or to its own minimum, if that is larger); classes
+    and escapes left as they are."""
+    out, i, n = [], 0, len(pattern)
+    while i < n:
+        c = pattern[i]
+        if c == "\\":
+            out.append(pattern[i:i + 2])
+            i += 2
+            continue
+        if c == "[":
+            j = i + 1
+            if j < n and pattern[j] == "^":
+                j += 1
+            if j < n and pattern[j] == "]":
+                j += 1  # a "]" first in a class is itself
+            while j < n and pattern[j] != "]":
+                j += 2 if pattern[j] == "\\" else 1
+            out.append(pattern[i:j + 1])
+            i = j + 1
+            continue
+        if c in "*+":
+            out.append(f"{{{0 if c == '*' else 1},{k}}}")
+            i += 1
+            continue
+        m = _COUNT.match(pattern, i) if c == "{" else None
+        if m and (m[1] or m[2]):
+            low = int(m[1] or 0)
+            high = low if m[2] is None else (int(m[3]) if m[3] else None)
+            if high is None or (bounded and high > k):
+                out.append(f"{{{low},{max(low, k)}}}" if m[2] is not None else m[0])
+            else:
+                out.append(m[0])
+            i = m.end()
+            continue
+        out.append(c)
+        i += 1
+    return "".join(out)
+
+
+def _span(pattern: str) -> tuple[int, int | None] | None:
+    try:
+        return lengths(RegexParser(pattern).parse())
+    except RegexError:
+        return None
+
+
+def within_lengths(pattern: str, low: int, high: int | None) -> str | None:
+    """``pattern`` such that every string it allows is ``low`` to ``high`` characters long
+    (``high`` None: no upper bound); None when that cannot be written (see the module)."""
+    if not (pattern.startswith("^") and pattern.endswith("$") and not pattern.endswith("\\$")):
+        return None  # a pattern matches anywhere in the string: its length is not its own
+    span = _span(pattern)
+    if span is None or span[0] < low:
+        return None
+    if high is None or (span[1] is not None and span[1] <= high):
+        return pattern
+    for bounded in (False, True):  # the unbounded counts first: the others keep theirs
+        best = None
+        lo, hi = 1, min(high, MAX_COUNT)  # the largest k whose capped pattern fits
+        while lo <= hi:
+            k = (lo + hi) // 2
+            text = capped(pattern, k, bounded)
+            got = _span(text)
+            if got is not None and got[0] >= low and got[1] is not None and got[1] <= high:
+                best, lo = text, k + 1
+            else:
+                hi = k - 1
+        if best is not None:
+            return best
+    return None

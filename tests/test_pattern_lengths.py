@@ -1,0 +1,62 @@
+"""engine/constraints/pattern_lengths.py: a pattern's own lengths, and lengths beside a
+pattern written into it, checked against Python's ``re`` on strings drawn from the result."""
+
+from __future__ import annotations
+
+import re
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from engine.constraints.pattern_lengths import _span, within_lengths
+from engine.constraints.schema_merge import FORMATS
+
+ATOMS = ["[a-z]", "\\d", "x", "(ab|c)", "(?:-[0-9a-f]{2})", "[.:/]", "(?:%[0-9A-F]{2})"]
+COUNTS = ["", "*", "+", "?", "{2}", "{1,3}", "{2,}", "{0,40}"]
+
+
+@st.composite
+def patterns(draw: st.DrawFn) -> str:
+    parts = draw(st.lists(st.tuples(st.sampled_from(ATOMS), st.sampled_from(COUNTS)),
+                          min_size=1, max_size=5))
+    body = "".join(a + c for a, c in parts)
+    if draw(st.booleans()):  # a group of alternatives around it, counted
+        body = f"({body}|{draw(st.sampled_from(ATOMS))}){draw(st.sampled_from(COUNTS))}"
+    return f"^{body}$"
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@given(patterns(), st.integers(0, 6), st.one_of(st.none(), st.integers(0, 80)),
+       st.data())
+def test_every_string_the_written_pattern_allows_is_the_patterns_and_within_the_lengths(
+        pattern: str, low: int, high: int | None, data: st.DataObject) -> None:
+    fitted = within_lengths(pattern, low, high)
+    own = _span(pattern)
+    assert own is not None
+    if own[0] >= low and (high is None or (own[1] is not None and own[1] <= high)):
+        assert fitted == pattern  # the lengths said nothing more
+    if fitted is None:
+        assert own[0] < low or high is not None  # only a bound it cannot meet refuses
+        return
+    for _ in range(5):
+        text = data.draw(st.from_regex(fitted, fullmatch=True))
+        assert re.fullmatch(pattern, text), (pattern, fitted, text)
+        assert low <= len(text) and (high is None or len(text) <= high), (fitted, text)
+
+
+def test_pydantic_s_url_keeps_a_useful_url_within_2083_characters() -> None:
+    """``HttpUrl``: ``format: uri``, ``minLength: 1``, ``maxLength: 2083``. The flat URI
+    pattern needs one count per part: each part keeps over a hundred characters."""
+    fitted = within_lengths(FORMATS["uri"], 1, 2083)
+    assert fitted is not None
+    span = _span(fitted)
+    assert span is not None and span[1] is not None and span[1] <= 2083
+    assert re.fullmatch(fitted, "https://user:pw@example.com:8443/" + "p/" * 60 + "?q=" + "x" * 100)
+    assert not re.fullmatch(fitted, "https://example.com/" + "a" * 2100)
+
+
+def test_a_pattern_that_matches_anywhere_or_is_too_short_is_left_as_it_was() -> None:
+    assert within_lengths("[a-z]+", 0, 10) is None  # unanchored: its length is not its own
+    assert within_lengths("^[a-z]{2}$", 3, None) is None  # never 3 characters
+    assert within_lengths("^[a-z]{2,}$", 3, 5) is None  # (capping does not raise a minimum)
+    assert within_lengths("^x$", 0, 0) is None
