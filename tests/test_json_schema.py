@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 from collections.abc import Iterator
 from enum import Enum
@@ -343,14 +344,48 @@ def test_counts_and_enums_past_the_limits_are_relaxed_and_reported() -> None:
         "pick": {"enum": [f"v{i}" for i in range(ENUM_LIMIT + 1)] + [None]}}},
         "tools.Workflow.parameters")
     props = out["properties"]
-    assert props["script"] == {"type": "string", "minLength": 2}
+    # a string's long maxLength is kept (written in blocks: the next test)
+    assert props["script"] == {"type": "string", "minLength": 2, "maxLength": 524288}
     assert props["tags"]["maxItems"] == REPEAT_LIMIT and "minItems" not in props["tags"]
     assert props["pick"] == {"type": ["null", "string"]}
     assert schemas.relaxed == [
-        "tools.Workflow.parameters.properties.script.maxLength: 524288 relaxed (unbounded)",
         "tools.Workflow.parameters.properties.tags.minItems: 5000 relaxed (unbounded)",
         f"tools.Workflow.parameters.properties.pick.enum: {ENUM_LIMIT + 2} values, relaxed "
         "to their types"]
+
+
+@settings(max_examples=8, deadline=None)
+@given(high=st.sampled_from([1001, 1024, 2083, 4096, 32767]) | st.integers(1001, 20_000),
+       low=st.sampled_from([0, 1, 2, 999, 1000]))
+def test_a_long_max_length_is_enforced_exactly(checker: GrammarChecker, high: int,
+                                               low: int) -> None:
+    """``maxLength`` past ``REPEAT_LIMIT`` (Claude Code's 524,288; 1,024 to 65,535 in real
+    schemas: strict refused them, not strict dropped them) written as blocks of characters,
+    no count above the limit: every length from minLength to maxLength is allowed (the
+    block edges too), none past either end."""
+    from engine.constraints.schema_converter import long_repetition
+
+    assert all(int(n) <= REPEAT_LIMIT for n in re.findall(r"\d+", long_repetition(
+        "c", low, high)))
+    for strict in (True, False):
+        g = json_grammar({"type": "string", "minLength": low, "maxLength": high},
+                         strict=strict)
+        assert not g.relaxed
+        claude = json_grammar({"type": "string", "maxLength": 524288}, strict=strict)
+        sampler = checker.sampler(claude.text)
+        assert not claude.relaxed and sampler is not None
+        checker.free(sampler)
+    n = high - low
+    b = -(-n // REPEAT_LIMIT)
+    q = n // b
+    inside = {low, low + 1, high - 1, high, low + q * b - 1, low + q * b, low + b,
+              (low + high) // 2}
+    for length in sorted(x for x in inside if low <= x <= high):
+        assert checker.accepts(g, json.dumps("ab" * (length // 2) + "c" * (length % 2))), \
+            length
+    assert not checker.accepts(g, json.dumps("a" * (high + 1)))
+    if low:
+        assert not checker.accepts(g, json.dumps("a" * (low - 1)))
 
 
 @pytest.mark.parametrize("schema, words", [

@@ -109,9 +109,10 @@ def test_strict_refusals_name_the_keyword_and_its_path() -> None:
     assert tool_call_grammar([loose], "<tool_call>", "</tool_call>", parallel=False,
                              lazy=False).relaxed
     schemas = SchemaSet()
-    schemas.add({"type": "string", "maxLength": 524288}, "schema")
-    with pytest.raises(Exception, match=r"schema\.maxLength.*strict"):
-        SchemaSet().add({"type": "string", "maxLength": 524288}, "schema", strict=True)
+    schemas.add({"type": "string", "minLength": 5000}, "schema")
+    with pytest.raises(Exception, match=r"schema\.minLength.*strict"):
+        SchemaSet().add({"type": "string", "minLength": 5000}, "schema", strict=True)
+    SchemaSet().add({"type": "string", "maxLength": 524288}, "schema", strict=True)  # kept
 
 
 # -- random schemas ---------------------------------------------------------------------

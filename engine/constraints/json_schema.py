@@ -19,12 +19,13 @@ schema all pass through ``SchemaSet.add`` before conversion. It copies the schem
   ``MAX_OPTIONAL_PROPERTIES`` optional properties (the converter's work grows with
   their square);
 - relaxes what would make the grammar too large for llama.cpp: a count above
-  ``REPEAT_LIMIT`` (``minLength``, ``maxLength``, ``minItems``, ``maxItems``, and ``{n,m}``
-  inside a ``pattern``) is dropped, so that side of the count is unbounded, and an
-  ``enum`` of more than ``ENUM_LIMIT`` values becomes the types of its values. Both give
-  a superset of the schema. Claude Code, for one, sends ``"maxLength": 524288`` on a
-  free-text field: written out as nested optional rules, that bound alone ran llama.cpp's
-  grammar parser out of stack and killed the process.
+  ``REPEAT_LIMIT`` (``minLength``, ``minItems``, ``maxItems``, and ``{n,m}`` inside a
+  ``pattern``) is dropped, so that side of the count is unbounded, and an ``enum`` of more
+  than ``ENUM_LIMIT`` values becomes the types of its values. Both give a superset of the
+  schema. A string's ``maxLength`` is kept: the converter writes a long one in blocks
+  (``schema_converter.long_repetition``). Claude Code, for one, sends ``"maxLength":
+  524288`` on a free-text field: written out as nested optional rules, that bound alone
+  ran llama.cpp's grammar parser out of stack and killed the process.
 
 Exactness. Numeric bounds (``schema_numbers``), patterns (``schema_patterns``,
 JSON-string-safe and anchored), formats (``schema_merge.FORMATS``), ``allOf`` and the
@@ -254,11 +255,13 @@ class _Localizer(KeywordRules):
             elif key in COUNTS:
                 if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                     raise SchemaError(f"{where}.{key} must be a whole number >= 0")
-                if value > REPEAT_LIMIT and not (key.endswith("Length") and (
-                        "pattern" in node or "format" in node)):  # (see _strings)
-                    self.loose(f"{where}.{key}", f"{value} relaxed (unbounded)")
-                else:
+                if value <= REPEAT_LIMIT or key == "maxLength" or (
+                        key == "minLength" and ("pattern" in node or "format" in node)):
+                    # (a long maxLength: schema_converter.long_repetition; beside a
+                    # pattern: _strings)
                     out[key] = value
+                else:
+                    self.loose(f"{where}.{key}", f"{value} relaxed (unbounded)")
             elif key in NUMERIC:
                 draft4 = isinstance(value, bool) and key.startswith("exclusive")
                 if not draft4 and (not isinstance(value, (int, float)) or
@@ -386,6 +389,8 @@ class _Localizer(KeywordRules):
                 _type_may_be(out, "string"):
             fitted = within_lengths(out["pattern"], out.get("minLength", 0),
                                     out.get("maxLength"))
+            if fitted != out["pattern"] and not self.strict:
+                fitted = None  # a capped pattern is a subset: not strict relaxes instead
             if fitted is None:
                 self.loose(f"{where}.pattern", "a length beside a pattern")
             out = {k: v for k, v in out.items() if k not in ("minLength", "maxLength")}

@@ -19,7 +19,6 @@ from __future__ import annotations
 import re
 
 from engine.constraints.regex_rules import (
-    MAX_COUNT,
     Alt,
     Chars,
     Node,
@@ -31,6 +30,7 @@ from engine.constraints.regex_rules import (
 )
 
 _COUNT = re.compile(r"\{(\d*)(,(\d*))?\}")
+MAX_CAP = 256  # a capped count at most: llama.cpp writes a count n as n nested rules
 
 
 def lengths(node: Node) -> tuple[int, int | None]:
@@ -119,7 +119,7 @@ def within_lengths(pattern: str, low: int, high: int | None) -> str | None:
         return pattern
     for bounded in (False, True):  # the unbounded counts first: the others keep theirs
         best = None
-        lo, hi = 1, min(high, MAX_COUNT)  # the largest k whose capped pattern fits
+        lo, hi = 1, min(high, MAX_CAP)  # the largest k whose capped pattern fits
         while lo <= hi:
             k = (lo + hi) // 2
             text = capped(pattern, k, bounded)

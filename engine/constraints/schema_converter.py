@@ -32,7 +32,7 @@ from engine.constraints.lark_rules import (
 )
 from engine.constraints.regex_rules import class_char, gbnf_literal
 from engine.constraints.schema_numbers import number_bounds
-from engine.constraints.schema_patterns import JSON_UNSAFE
+from engine.constraints.schema_patterns import JSON_UNSAFE, REPEAT_LIMIT
 
 _G: Any = llama_cpp.llama_grammar  # untyped Python module: used through Any
 
@@ -107,11 +107,21 @@ class _Converter(_G.SchemaConverter):  # type: ignore[misc]
                     ("minLength" in schema or "maxLength" in schema):
                 rule = f"{name}-" if name in _G.RESERVED_NAMES else name or "root"
                 low, high = schema.get("minLength", 0), schema.get("maxLength")
+                if high is not None and high > REPEAT_LIMIT:
+                    return self._add_rule(rule, self._shared(
+                        ("string", low, high), lambda: self._long_string(low, high)))
                 return self._add_rule(rule, self._shared(("string", low, high), lambda: str(
                     super(_Converter, self).visit(
                         {"type": "string", "minLength": low, "maxLength": high},
                         f"string-{low}-{high}"))))
         return super().visit(schema, name)
+
+    def _long_string(self, low: int, high: int) -> str:
+        """A string of ``low`` to ``high`` characters, ``high`` past ``REPEAT_LIMIT``
+        (``long_repetition``)."""
+        char = self._add_primitive("char", _G.PRIMITIVE_RULES["char"])
+        return str(self._add_rule(f"string-{low}-{high}",
+                                  f'"\\"" {long_repetition(char, low, high)} "\\"" space'))
 
     def _visit_pattern(self, pattern: str, name: str) -> Any:
         return super()._visit_pattern(stray_closers_as_classes(pattern), name)
@@ -223,6 +233,26 @@ def ordered_members(members: list[tuple[str, str, bool]], add_rule: Callable[[st
                 f"{opened} | {first}" if first else f"( {opened} )?"))
         rest = (f"{comma} {kv} {rest}" if needed else f"( {comma} {kv} )? {rest}").rstrip()
     return first
+
+
+def long_repetition(item: str, low: int, high: int) -> str:
+    """GBNF for ``low`` to ``high`` of ``item`` (``low`` at most ``REPEAT_LIMIT``, ``high``
+    above it), exactly, with no count above ``REPEAT_LIMIT``: llama.cpp writes a count n as
+    n rules, and llama-cpp-python's converter as n nested groups (Claude Code's
+    ``"maxLength": 524288`` ran llama.cpp's parser out of stack). Blocks of b items: q
+    blocks and at most r more (high = q * b + r), or fewer blocks and up to b - 1 more.
+    Past ``REPEAT_LIMIT`` squared (a million) the blocks stop there: a subset, which no
+    answer within ``max_tokens`` reaches."""
+    head = f"{item}{{{low}}} " if low else ""
+    n = min(high - low, REPEAT_LIMIT * REPEAT_LIMIT)
+    b = -(-n // REPEAT_LIMIT)  # so that q <= REPEAT_LIMIT
+    if b == 1:
+        return f"{head}{item}{{0,{n}}}"
+    q, r = divmod(n, b)
+    block = f"({item}{{{b}}})"
+    fewer = f"{block}{{0,{q - 1}}} {item}{{0,{b - 1}}}" if q > 1 else f"{item}{{0,{b - 1}}}"
+    most = f"{block}{{{q}}} {item}{{0,{r}}}" if r else f"{block}{{{q}}}"
+    return f"{head}({fewer} | {most})"
 
 
 def custom_rule(conv: Any, spec: dict[str, Any], name: str, json_mode: bool) -> str:
