@@ -28,8 +28,11 @@ from engine.constraints.regex_rules import (
     Seq,
     Text,
 )
+from engine.constraints.schema_patterns import PatternError, class_end
 
-_COUNT = re.compile(r"\{(\d*)(,(\d*))?\}")
+# an escape, a class's start, a count ({n}, {n,}, {n,m}; not a "{" alone), or a character
+_PIECE = re.compile(r"\\.|\[|(?P<count>\{(?P<low>\d*)(?P<comma>,)?(?P<high>\d*)\})|.",
+                    re.S)
 MAX_CAP = 256  # a capped count at most: llama.cpp writes a count n as n nested rules
 
 
@@ -63,40 +66,26 @@ def capped(pattern: str, k: int, bounded: bool = True) -> str:
     """``pattern`` with every count above ``k`` (unbounded ones too; bounded ones only with
     ``bounded``) brought down to ``k`` (or to its own minimum, if that is larger); classes
     and escapes left as they are."""
-    out, i, n = [], 0, len(pattern)
-    while i < n:
-        c = pattern[i]
-        if c == "\\":
-            out.append(pattern[i:i + 2])
-            i += 2
-            continue
-        if c == "[":
-            j = i + 1
-            if j < n and pattern[j] == "^":
-                j += 1
-            if j < n and pattern[j] == "]":
-                j += 1  # a "]" first in a class is itself
-            while j < n and pattern[j] != "]":
-                j += 2 if pattern[j] == "\\" else 1
-            out.append(pattern[i:j + 1])
-            i = j + 1
-            continue
-        if c in "*+":
-            out.append(f"{{{0 if c == '*' else 1},{k}}}")
-            i += 1
-            continue
-        m = _COUNT.match(pattern, i) if c == "{" else None
-        if m and (m[1] or m[2]):
-            low = int(m[1] or 0)
-            high = low if m[2] is None else (int(m[3]) if m[3] else None)
+    out, at = [], 0
+    while at < len(pattern):
+        piece = _PIECE.match(pattern, at)
+        assert piece is not None  # (the last alternative takes any character)
+        text, at = piece[0], piece.end()
+        if text == "[":  # a class, whole
+            try:
+                end = class_end(pattern, at - 1)
+            except PatternError:  # (not a pattern: the parser says so after)
+                end = len(pattern)
+            text, at = pattern[at - 1:end + 1], end + 1
+        elif text in ("*", "+"):
+            text = f"{{{0 if text == '*' else 1},{k}}}"
+        elif piece["count"]:
+            low = int(piece["low"] or 0)
+            high = None if piece["comma"] and not piece["high"] else int(
+                piece["high"] or low)
             if high is None or (bounded and high > k):
-                out.append(f"{{{low},{max(low, k)}}}" if m[2] is not None else m[0])
-            else:
-                out.append(m[0])
-            i = m.end()
-            continue
-        out.append(c)
-        i += 1
+                text = f"{{{low},{max(low, k)}}}" if piece["comma"] else text
+        out.append(text)
     return "".join(out)
 
 

@@ -75,7 +75,7 @@ def _split_top(rx: str) -> list[str]:
             i += 2
             continue
         if c == "[":
-            i = _class_end(rx, i) + 1
+            i = class_end(rx, i) + 1
             continue
         if c == "(":
             depth += 1
@@ -95,7 +95,7 @@ def _escaped_at(text: str, i: int) -> bool:
     return n % 2 == 1
 
 
-def _class_end(rx: str, i: int) -> int:
+def class_end(rx: str, i: int) -> int:
     j = i + 1
     if j < len(rx) and rx[j] == "^":
         j += 1
@@ -179,7 +179,7 @@ class _Rewriter:
 
     def _class(self) -> None:
         rx = self.rx
-        end = _class_end(rx, self.i)
+        end = class_end(rx, self.i)
         inner = rx[self.i + 1:end]
         self.i = end + 1
         negated = inner.startswith("^")
