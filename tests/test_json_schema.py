@@ -5,6 +5,7 @@ invalid) instances are run through the grammar sampler token by token."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import signal
@@ -536,7 +537,7 @@ _NUMBER_SHAPES = [({"type": "number"}, "{}"), ({"type": ["number", "null"]}, "{}
 # floats of every decimal exponent, most near the point where Python's repr changes form
 # (Hypothesis' own floats are mostly huge or tiny); moderate ones with 17 digits
 _SCALED = st.builds(lambda m, e: float(f"{m}e{e}"), st.integers(-(10**17), 10**17),
-                    st.integers(-30, 8) | st.integers(-330, 300))
+                    st.integers(-30, 8) | st.integers(-330, 300)).filter(math.isfinite)
 _NUMBERS = (_SCALED | st.floats(-1e6, 1e6) | st.floats(allow_nan=False, allow_infinity=False)
             | st.integers(-(10**15), 10**15))
 
