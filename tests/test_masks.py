@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -72,7 +73,7 @@ def test_a_prepared_grammar_is_not_converted_again(monkeypatch: pytest.MonkeyPat
 
 
 @pytest.fixture(scope="module")
-def qwen_masks() -> MaskEngine:
+def qwen_masks() -> Iterator[MaskEngine]:
     """A mask engine over Qwen2.5's real vocabulary (the model file read vocabulary only)."""
     import llama_cpp as L
 
@@ -84,6 +85,7 @@ def qwen_masks() -> MaskEngine:
     vocab = L.llama_model_get_vocab(model)
     engine = MaskEngine(vocab, L.llama_vocab_n_tokens(vocab))
     if not engine.enabled or engine.tokenizer() is None:
+        L.llama_model_free(model)
         pytest.skip("llguidance is not installed")
     yield engine
     engine.close()

@@ -65,13 +65,14 @@ WRITTEN = {
     "ipv6": ["::1", "::", "2001:db8::8a2e:370:7334", "fe80::1", "1:2:3:4:5:6:7:8",
              "2001:DB8:0:0:8:800:200C:417A"],
     "duration": ["P1D", "PT1H30M", "P1Y2M10DT2H30M5S", "P3W", "PT45S", "P2M"],
-    "hostname": ["Example.COM", "mesos-master-1.example.com", "localhost", "a1.b2"],
+    "hostname": ["Example.COM", "mesos-master-1.example.com", "localhost", "a1.b2",
+                 "bucket.s3.us-east-1.amazonaws.com"],
     "json-pointer": ["", "/a~0b/c~1d", "/x y/0/-"],
     "email": ["John.Doe@Example.COM"],
 }
 REFUSED = {"uri": ["no scheme", "http://a b", "http://x/%zz", "1http://x"],
            "ipv6": ["1::2::3", ":::", "12345::"], "duration": ["P", "PT", "P1H", "1D"],
-           "hostname": ["a--b.com", "-a.com", "a_b.com"], "json-pointer": ["a", "/~2"]}
+           "hostname": ["-a.com", "a_b.com", "a-.com"], "json-pointer": ["a", "/~2"]}
 
 
 @pytest.mark.parametrize("fmt", sorted(WRITTEN))
@@ -89,6 +90,17 @@ def test_what_people_write_for_a_format_is_allowed(checker: TextChecker, fmt: st
 def _schema_with(fmt: str) -> dict[str, Any]:
     return {"type": "object", "properties": {"v": {"type": "string", "format": fmt}},
             "required": ["v"]}
+
+
+def test_no_format_lets_a_raw_quote_backslash_or_control_character_in(
+        checker: TextChecker) -> None:
+    """FORMATS patterns go to the converter as they are: a negated class there
+    (json-pointer's ``[^/~]``) let a raw ``"`` end the JSON string early."""
+    for fmt in sorted(FORMATS):
+        g = json_grammar({"type": "string", "format": fmt}, strict=True)
+        # a raw quote, a raw backslash before a letter, raw control characters
+        for bad in ('"/""', '"/\\q"', '"/\x01"', '"/a\nb"'):
+            assert not checker.accepts(g.text, bad), (fmt, bad)
 
 
 def test_a_format_inside_an_object_keeps_its_characters(checker: TextChecker) -> None:

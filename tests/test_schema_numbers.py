@@ -102,3 +102,18 @@ def test_decimal_places_and_float_bounds() -> None:
     assert third.fullmatch("0.300001") and not third.fullmatch("0.30000000000000001")
     with pytest.raises(ValueError):
         number_pattern(decimal(0.1 + 0.2), False, None, False)  # 17 significant digits
+
+
+def test_a_bound_past_15_digits_stops_the_numbers_at_15() -> None:
+    """``maximum: 1e23`` is the double 99999999999999991611392: a pattern of 23-digit
+    numbers let 99999999999999999999999 through, which the validator refuses (JSON reads
+    it as an exact integer). Numbers stop at 15 integer digits; a lower bound past them
+    writes nothing."""
+    from engine.constraints.schema_numbers import number_bounds
+
+    for bound in (1e23, 1.2345678901234568e18):
+        rx = re.compile(number_bounds({"type": "number", "maximum": bound, "minimum": 0}))
+        assert rx.fullmatch("999999999999999") and not rx.fullmatch("9" * 16)
+        assert not rx.fullmatch("99999999999999999999999")
+    with pytest.raises(ValueError):
+        number_bounds({"type": "number", "minimum": 1e20})

@@ -32,6 +32,7 @@ from engine.constraints.regex_rules import gbnf_literal
 from engine.constraints.schema_converter import GrammarError as GrammarError
 from engine.constraints.schema_converter import _class_char as _class_char
 from engine.constraints.schema_converter import _converter as _converter
+from engine.constraints.schema_converter import counted
 from engine.constraints.schema_converter import custom_rule as custom_rule
 
 _G: Any = llama_cpp.llama_grammar  # untyped Python module: used through Any
@@ -280,8 +281,8 @@ def raw_pattern(conv: Any, pattern: str, name: str) -> str:
 def _xml_string(conv: Any, target: dict[str, Any], name: str, close: str = "") -> str:
     """A parameter's text value in XML call markup (no quotes): one of its ``enum`` /
     ``const`` strings, else the text its anchored ``pattern`` matches, else one line of
-    ``minLength``..``maxLength`` characters (counts past ``json_schema.REPEAT_LIMIT``
-    were already dropped; never ``close``'s first character, where the markup closing the
+    ``minLength``..``maxLength`` characters (``counted``: a long ``maxLength`` in blocks;
+    never ``close``'s first character, where the markup closing the
     value starts with one the parser's lazy regex would cut the value at), else any
     text."""
     if isinstance(target.get(CUSTOM_GRAMMAR), dict):
@@ -294,9 +295,8 @@ def _xml_string(conv: Any, target: dict[str, Any], name: str, close: str = "") -
         return raw_pattern(conv, pattern, name)
     lo, hi = target.get("minLength", 0), target.get("maxLength")
     if lo or hi is not None:  # one line, so each character counts once
-        count = f"{{{lo},{hi}}}" if hi is not None else f"{{{lo},}}"
         first = _class_char(close[0]) if close and close[0] != "\n" else ""
-        return str(conv._add_rule(name, f"[^\\n{first}]{count}"))
+        return str(conv._add_rule(name, counted(f"[^\\n{first}]", lo, hi)))
     return "xml-text"
 
 

@@ -38,7 +38,7 @@ from engine.constraints.grammar import (
 )
 from engine.constraints.json_schema import SchemaSet
 from engine.constraints.lark_rules import CUSTOM_GRAMMAR
-from engine.constraints.schema_converter import ordered_members
+from engine.constraints.schema_converter import counted, ordered_members
 
 QUOTE = '<|"|>'
 _HANDLED = {"type", "properties", "required", "additionalProperties", "items", "minItems",
@@ -141,8 +141,7 @@ class _Values:
             return self._add(name, f"{quote} {inner} {quote}")
         lo, hi = schema.get("minLength", 0), schema.get("maxLength")
         if lo or hi is not None:
-            count = f"{{{lo},{hi}}}" if hi is not None else f"{{{lo},}}"
-            return self._add(name, f"{quote} g4-char{count} {quote}")
+            return self._add(name, f"{quote} {counted('g4-char', lo, hi)} {quote}")
         return "g4-string"
 
     def _object(self, schema: dict[str, Any], name: str) -> str:

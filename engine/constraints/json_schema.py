@@ -22,8 +22,8 @@ schema all pass through ``SchemaSet.add`` before conversion. It copies the schem
   ``REPEAT_LIMIT`` (``minLength``, ``minItems``, ``maxItems``, and ``{n,m}`` inside a
   ``pattern``) is dropped, so that side of the count is unbounded, and an ``enum`` of more
   than ``ENUM_LIMIT`` values becomes the types of its values. Both give a superset of the
-  schema. A string's ``maxLength`` is kept: the converter writes a long one in blocks
-  (``schema_converter.long_repetition``). Claude Code, for one, sends ``"maxLength":
+  schema. A string's ``maxLength`` is kept: every grammar writer puts a long one in
+  blocks (``schema_converter.counted``). Claude Code, for one, sends ``"maxLength":
   524288`` on a free-text field: written out as nested optional rules, that bound alone
   ran llama.cpp's grammar parser out of stack and killed the process.
 
@@ -255,10 +255,7 @@ class _Localizer(KeywordRules):
             elif key in COUNTS:
                 if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                     raise SchemaError(f"{where}.{key} must be a whole number >= 0")
-                if value <= REPEAT_LIMIT or key == "maxLength" or (
-                        key == "minLength" and ("pattern" in node or "format" in node)):
-                    # (a long maxLength: schema_converter.long_repetition; beside a
-                    # pattern: _strings)
+                if value <= REPEAT_LIMIT or key.endswith("Length"):  # (see _strings)
                     out[key] = value
                 else:
                     self.loose(f"{where}.{key}", f"{value} relaxed (unbounded)")
@@ -374,7 +371,8 @@ class _Localizer(KeywordRules):
     def _strings(self, out: dict[str, Any], where: str) -> dict[str, Any]:
         """``format`` as a pattern; the keywords the converter reads one at a time
         (a pattern, a format, a length) checked to come alone: lengths beside a pattern
-        written into it where they can be (``engine.constraints.pattern_lengths``)."""
+        written into it where they can be (``engine.constraints.pattern_lengths``); a
+        ``minLength`` past ``REPEAT_LIMIT`` left is relaxed."""
         fmt = out.get("format")
         if isinstance(fmt, str) and "enum" not in out and "const" not in out:
             if fmt in FORMATS:
@@ -396,6 +394,9 @@ class _Localizer(KeywordRules):
             out = {k: v for k, v in out.items() if k not in ("minLength", "maxLength")}
             if fitted is not None:
                 out["pattern"] = fitted
+        if out.get("minLength", 0) > REPEAT_LIMIT:  # no pattern took it: a long maxLength
+            # is written in blocks (schema_converter.long_repetition), a long minLength not
+            self.loose(f"{where}.minLength", f"{out.pop('minLength')} relaxed (unbounded)")
         return out
 
     def _types(self, node: dict[str, Any], out: dict[str, Any], where: str) -> dict[str, Any]:

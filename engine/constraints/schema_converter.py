@@ -46,7 +46,7 @@ class GrammarError(ValueError):
 
 _gbnf_literal = gbnf_literal
 # every float Python's repr writes: up to 16 integer digits (repr switches to an exponent at
-# 1e16), a fraction of up to 4 zeros and 17 significant digits, an exponent's digits with
+# 1e16), a fraction of up to 3 zeros and 17 significant digits, an exponent's digits with
 # leading zeros as JSON allows them (1e-06)
 NUMBER = _G.BuiltinRule('("-"? integral-part) ("." fraction-part)? ([eE] [-+]? exponent-part)? '
                         "space", ["integral-part", "fraction-part", "exponent-part"])
@@ -235,6 +235,14 @@ def ordered_members(members: list[tuple[str, str, bool]], add_rule: Callable[[st
     return first
 
 
+def counted(item: str, low: int, high: int | None) -> str:
+    """GBNF for ``low`` to ``high`` (None: any number) of ``item``, ``low`` at most
+    ``REPEAT_LIMIT``: a long ``high`` as ``long_repetition``."""
+    if high is not None and high > REPEAT_LIMIT:
+        return long_repetition(item, low, high)
+    return f"{item}{{{low},{high}}}" if high is not None else f"{item}{{{low},}}"
+
+
 def long_repetition(item: str, low: int, high: int) -> str:
     """GBNF for ``low`` to ``high`` of ``item`` (``low`` at most ``REPEAT_LIMIT``, ``high``
     above it), exactly, with no count above ``REPEAT_LIMIT``: llama.cpp writes a count n as
@@ -246,7 +254,7 @@ def long_repetition(item: str, low: int, high: int) -> str:
     head = f"{item}{{{low}}} " if low else ""
     n = min(high - low, REPEAT_LIMIT * REPEAT_LIMIT)
     b = -(-n // REPEAT_LIMIT)  # so that q <= REPEAT_LIMIT
-    if b == 1:
+    if b <= 1:
         return f"{head}{item}{{0,{n}}}"
     q, r = divmod(n, b)
     block = f"({item}{{{b}}})"

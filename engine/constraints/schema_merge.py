@@ -20,9 +20,10 @@ from typing import Any
 UNSAT: dict[str, Any] = {"$unsatisfiable": True}  # marker: no value matches
 
 _IP4 = "(25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])"
-# a DNS label of at most 61 characters with no two hyphens together (IDNA refuses "ab--c"),
-# four at most: a name within the 253 characters a validator allows
-_LABEL = "[a-zA-Z0-9]([a-zA-Z0-9]|-[a-zA-Z0-9]){0,30}"
+# a DNS label of at most 49 characters with no two hyphens together (IDNA refuses "ab--c"),
+# five at most: a name within the 253 characters a validator allows (a subset: a label of
+# more than 25 characters needs hyphens, punycode's "xn--" is left out)
+_LABEL = "[a-zA-Z0-9]([a-zA-Z0-9]|-[a-zA-Z0-9]){0,24}"
 _DATE = ("[1-9][0-9]{3}-((0[13578]|1[02])-(0[1-9]|[12][0-9]|3[01])|(0[469]|11)-"
          "(0[1-9]|[12][0-9]|30)|02-(0[1-9]|1[0-9]|2[0-8]))")
 _TIME = ("([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]([.][0-9]{1,6})?"
@@ -50,13 +51,14 @@ FORMATS = {
     "date-time": f"^{_DATE}T{_TIME}$",
     "uuid": "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$",
     "email": "^[a-zA-Z0-9._%+-]{1,64}@[a-zA-Z0-9-]{1,63}([.][a-zA-Z0-9-]{1,63})*[.][a-zA-Z]{2,6}$",
-    "hostname": f"^{_LABEL}([.]{_LABEL}){{0,3}}$",
+    "hostname": f"^{_LABEL}([.]{_LABEL}){{0,4}}$",
     "ipv4": f"^{_IP4}([.]{_IP4}){{3}}$",
     "ipv6": f"^({_IP6})$",
     "uri": f"^{_URI}$",
     # RFC 3339's durations (appendix A): years to days, and/or a time; or weeks
     "duration": f"^P(({_N}D|{_N}M({_N}D)?|{_N}Y({_N}M({_N}D)?)?)({_DUR_TIME})?|{_DUR_TIME}|{_N}W)$",
-    "json-pointer": "^(/([^/~]|~[01])*)*$",
+    # (a negated class keeps JSON's escaped characters out: FORMATS are not rewritten)
+    "json-pointer": "^(/([^/~\"\\\\\\x00-\\x1F\\x7F]|~[01])*)*$",
 }
 for _alias, _of in (("host-name", "hostname"), ("idn-hostname", "hostname"),
                     ("idn-email", "email"), ("uri-reference", "uri"), ("iri", "uri"),

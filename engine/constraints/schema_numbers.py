@@ -302,4 +302,13 @@ def number_bounds(schema: dict[str, Any]) -> str | None:
         hi_strict = xhi
     elif xhi is not None and (hi is None or decimal(xhi) <= hi):
         hi, hi_strict = decimal(xhi), True
+    # a bound past 15 integer digits is not the double a validator compares with (1e23 is
+    # 99999999999999991611392): the numbers stop at 15 digits (a subset)
+    cap = Decimal(10 ** INT_DIGITS - 1)
+    if hi is not None and hi > cap:
+        hi, hi_strict = cap, False
+    if lo is not None and lo < -cap:
+        lo, lo_strict = -cap, False
+    if (lo is not None and lo > cap) or (hi is not None and hi < -cap):
+        raise ValueError("a bound past 15 integer digits, which a double does not hold")
     return number_pattern(lo, lo_strict, hi, hi_strict, schema.get("$places"))

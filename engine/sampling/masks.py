@@ -81,6 +81,7 @@ class MaskEngine:
         # reported an error for it), compiled on ``_compiler`` (made at the first)
         self._compiled: OrderedDict[str, Future[Any]] = OrderedDict()
         self._compiler: ThreadPoolExecutor | None = None
+        self._closed = False
         self._lock = threading.Lock()
         self._mask = np.zeros((1, (n_vocab + 31) // 32), np.int32)
         self.enabled = available()
@@ -104,6 +105,8 @@ class MaskEngine:
         and for the compiles."""
         if self._building is not None:
             self._building.join()
+        with self._lock:
+            self._closed = True  # (a prepare thread still running compiles in place)
         if self._compiler is not None:
             self._compiler.shutdown(wait=True, cancel_futures=True)
 
@@ -171,7 +174,10 @@ class MaskEngine:
         spec = self._spec(grammar)
         if not spec:
             return None
-        start = self._start_of(grammar, spec, tok).result()  # (compiled, or under way)
+        kept = self._start_of(grammar, spec, tok)
+        if kept.cancel():  # still queued behind other grammars: compiled here, now
+            kept = self._done(grammar, _compile(tok, spec))
+        start = kept.result()  # (compiled, or under way)
         if start is None:
             return None
         m = start.deep_copy()
@@ -181,18 +187,33 @@ class MaskEngine:
 
     def _start_of(self, grammar: str, spec: str, tok: Any) -> Future[Any]:
         """The matcher kept at ``grammar``'s start (None: llguidance reports an error for
-        it), its compile started if it is not kept. Never advanced: requests get copies."""
+        it), its compile started if it is not kept (done in place once closed). Never
+        advanced: requests get copies."""
         with self._lock:
             kept = self._compiled.get(grammar)
-            if kept is not None:
+            if kept is not None and not kept.cancelled():
                 self._compiled.move_to_end(grammar)
                 return kept
-            if self._compiler is None:
-                self._compiler = ThreadPoolExecutor(1, thread_name_prefix="mask-compile")
-            kept = self._compiled[grammar] = self._compiler.submit(_compile, tok, spec)
-            if len(self._compiled) > MAX_COMPILED:
-                self._compiled.popitem(last=False)
-            return kept
+            if not self._closed:
+                if self._compiler is None:
+                    self._compiler = ThreadPoolExecutor(1, thread_name_prefix="mask-compile")
+                kept = self._compiled[grammar] = self._compiler.submit(_compile, tok, spec)
+                self._evict()
+                return kept
+        return self._done(grammar, _compile(tok, spec))
+
+    def _done(self, grammar: str, start: Any | None) -> Future[Any]:
+        """``start`` kept as ``grammar``'s, compiled."""
+        kept: Future[Any] = Future()
+        kept.set_result(start)
+        with self._lock:
+            self._compiled[grammar] = kept
+            self._evict()
+        return kept
+
+    def _evict(self) -> None:
+        while len(self._compiled) > MAX_COMPILED:  # (a queued compile is dropped too)
+            self._compiled.popitem(last=False)[1].cancel()
 
     def allowed(self, matcher: Any) -> npt.NDArray[np.intp]:
         """The ids the matcher allows next."""
@@ -208,8 +229,13 @@ class MaskEngine:
 
 
 def _compile(tok: Any, spec: str) -> Any | None:
-    """A matcher at the start of ``spec``'s grammar (None: llguidance reports an error)."""
+    """A matcher at the start of ``spec``'s grammar (None: llguidance reports an error, or
+    fails)."""
     from llguidance import LLMatcher
 
-    m = LLMatcher(tok, spec, log_level=0)
+    try:
+        m = LLMatcher(tok, spec, log_level=0)
+    except Exception as exc:  # (the request goes on with llama.cpp's grammar alone)
+        log.warning("llguidance could not compile a grammar: %s", exc)
+        return None
     return None if m.is_error() else m
