@@ -231,3 +231,15 @@ def test_a_loose_answer_breaks_its_schema_only_where_a_relaxation_says_so(
                 assert grammar.relaxed, (schema, text, why)
 
     check()
+
+
+@pytest.mark.model
+def test_a_required_name_beside_empty_properties_is_written(walker: GrammarWalker) -> None:
+    """``{"properties": {}, "required": ["b"]}`` wrote ``{}`` (the strict fuzz found it):
+    a required name missing from ``properties`` is added as a property whenever
+    ``properties`` is there, empty or not."""
+    schema = {"type": "object", "properties": {}, "required": ["b"]}
+    grammar = json_grammar(schema, strict=True)
+    for text in _answers(walker, grammar.text, SEEDS):
+        value = json.loads(text)
+        assert schema_errors(value, schema) is None and "b" in value, text

@@ -40,7 +40,8 @@ class KeywordRules:
         required: list[Any] = node["required"] if isinstance(node.get("required"), list) \
             else []
         missing = [n for n in required if isinstance(n, str) and n not in props]
-        if props and missing:  # the converter writes only declared properties
+        if isinstance(raw_props, dict) and missing:  # the converter writes only declared
+            # properties (`"properties": {}` too: it wrote `{}` for a required name)
             extra = node.get("additionalProperties")
             if extra is False:
                 raise Unsatisfiable(f"{where}.required: {missing[0]!r} is required but not "
