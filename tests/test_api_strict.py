@@ -117,6 +117,45 @@ def test_a_strict_tool_named_by_tool_choice_gives_one_valid_call(client: OpenAI)
         Booking.model_validate_json(fn.arguments)
 
 
+AREA = {"type": "object", "required": ["shape"], "properties": {
+    "shape": {"type": "string", "enum": ["circle", "rectangle", "triangle"]},
+    "radius": {"type": "number"}, "length": {"type": "number"}, "width": {"type": "number"},
+    "base": {"type": "number"}, "height": {"type": "number"}},
+    "oneOf": [{"properties": {"shape": {"const": "circle"}}, "required": ["radius"]},
+              {"properties": {"shape": {"const": "rectangle"}}, "required": ["length", "width"]},
+              {"properties": {"shape": {"const": "triangle"}}, "required": ["base", "height"]}]}
+
+
+def test_a_strict_tool_with_overlapping_one_of_branches_is_served(client: OpenAI) -> None:
+    """Glaive's ``calculate_area`` (a JSONSchemaBench schema): its branches overlap (a value
+    with every dimension matches each shape's ``required``), which strict answered with a
+    400. Each branch is now written apart from the others, and a listed ``shape`` beside a
+    ``not`` is checked value by value: every call validates."""
+    tool = {"type": "function", "function": {"name": "area", "strict": True,
+                                             "parameters": AREA}}
+    shapes = set()
+    for seed in range(6):
+        r = client.chat.completions.create(
+            model="x", messages=[{"role": "user", "content": "Area?"}], tools=[tool],
+            tool_choice={"type": "function", "function": {"name": "area"}},
+            temperature=1.0, seed=seed, max_tokens=200)
+        choice = r.choices[0]
+        if choice.finish_reason == "length":
+            continue
+        (call,) = choice.message.tool_calls or []
+        args = json.loads(call.function.arguments)  # type: ignore[union-attr]
+        assert schema_errors(args, AREA) is None, args
+        shapes.add(args["shape"])
+    assert shapes, "no call ended"
+    fmt = {"type": "json_schema", "json_schema": {"name": "x", "strict": True, "schema": {
+        "enum": ["red", "green", "blue", 3], "not": {"enum": ["green", 3]}}}}
+    for seed in range(3):
+        r = client.chat.completions.create(
+            model="x", messages=[{"role": "user", "content": "A color."}], response_format=fmt,
+            temperature=1.0, seed=seed, max_tokens=20)
+        assert json.loads(r.choices[0].message.content or "") in ("red", "blue")
+
+
 def test_anthropic_strict_tools_and_output_format(tiny_qwen_server: ServerProcess) -> None:
     schema = Booking.model_json_schema()
     c = anthropic.Anthropic(base_url=tiny_qwen_server.url, api_key="x", max_retries=0)

@@ -169,6 +169,18 @@ def _containers(inner: Any) -> Any:
         st.fixed_dictionaries({"anyOf": st.lists(inner, min_size=1, max_size=3)}, optional={
             "type": st.sampled_from(["object", "integer", "string"])}),
         st.fixed_dictionaries({"oneOf": st.lists(inner, min_size=1, max_size=3)}),
+        # one of several required names beside the properties (a value with two matches both)
+        st.fixed_dictionaries({"type": st.just("object"), "properties": props, "oneOf": st.lists(
+            st.fixed_dictionaries({"required": st.lists(names, min_size=1, max_size=2,
+                                                         unique=True)}), min_size=2, max_size=3)},
+            optional={"additionalProperties": st.just(False),
+                      "required": st.lists(names, max_size=1)}),
+        # listed values beside keywords no grammar holds: each value checked
+        st.fixed_dictionaries({"enum": st.lists(st.sampled_from(
+            [1, 1.0, 2.5, "a", None, [1, 1], [2], {"a": 1}, {}]), min_size=1, max_size=4)},
+            optional={"not": st.sampled_from([{"const": 1}, {"type": "string"}]),
+                      "uniqueItems": st.just(True), "minProperties": st.just(1),
+                      "contains": inner}),
         st.fixed_dictionaries({"allOf": st.lists(inner, min_size=1, max_size=3)}),
         st.fixed_dictionaries({"not": st.sampled_from([{"type": "null"}, {"type": "string"},
                                                        {"const": 3}])}, optional={

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from decimal import Decimal
 from typing import Any
 
 import jsonschema
 
 from api.chat.tools import OutputRules
+from engine.constraints.schema_values import validator_class
 from parsers import json_text
 from parsers.message_stream import MessageDelta, MessageStream
 from parsers.response_schema import StreamLayout
@@ -27,40 +27,13 @@ log = logging.getLogger("llamaserve.schema")
 NORMAL_ENDS = ("stop", "tool_calls")  # the model ended it: not cut off
 
 
-def _multiple_of(validator: Any, step: Any, instance: Any, schema: Any) -> Any:
-    """``multipleOf`` in decimals, as JSON Schema defines it ("division by this keyword's
-    value results in an integer"): jsonschema divides floats, and 0.3 / 0.1 is
-    2.9999999999999996, so it called 0.3 no multiple of 0.1."""
-    if not validator.is_type(instance, "number") or isinstance(step, bool):
-        return
-    try:
-        quotient = Decimal(str(instance)) / Decimal(str(step))
-        whole = quotient == quotient.to_integral_value()
-    except (ArithmeticError, ValueError):
-        yield from _FLOAT_MULTIPLE_OF(validator, step, instance, schema)
-        return
-    if not whole:
-        yield jsonschema.ValidationError(f"{instance!r} is not a multiple of {step!r}")
-
-
-_FLOAT_MULTIPLE_OF = jsonschema.Draft202012Validator.VALIDATORS["multipleOf"]
-_DECIMAL: dict[Any, Any] = {}  # each draft's validator with _multiple_of
-
-
-def _validator(schema: Any) -> Any:
-    base = jsonschema.validators.validator_for(schema, jsonschema.Draft202012Validator)
-    if base not in _DECIMAL:
-        _DECIMAL[base] = jsonschema.validators.extend(base, {"multipleOf": _multiple_of})
-    return _DECIMAL[base]
-
-
 def schema_errors(value: Any, schema: Any) -> str | None:
     """Why ``value`` breaks ``schema`` (None: it is valid, or the schema is not one the
-    validator can read); ``multipleOf`` in decimals (``_multiple_of``)."""
+    validator can read); ``multipleOf`` in decimals (``engine.constraints.schema_values``)."""
     if not isinstance(schema, (dict, bool)):
         return None
     try:
-        cls = _validator(schema)
+        cls = validator_class(schema)
         error = jsonschema.exceptions.best_match(
             cls(schema, format_checker=cls.FORMAT_CHECKER).iter_errors(value))
     except Exception:

@@ -29,11 +29,11 @@ schema all pass through ``SchemaSet.add`` before conversion. It copies the schem
 
 Exactness. Numeric bounds (``schema_numbers``), patterns (``schema_patterns``,
 JSON-string-safe and anchored), formats (``schema_merge.FORMATS``), ``allOf`` and the
-keywords beside an ``anyOf`` (merged), ``oneOf`` with branches no value can match twice, the
-``required`` of an object without ``properties``, ``not`` of a type, ``dependentRequired``,
-``patternProperties`` and ``propertyNames`` over the declared properties of a closed object,
-and ``enum`` / ``const`` values checked against the keywords beside them are enforced
-exactly. What is still not enforced (``if`` / ``then``, ``uniqueItems``, ``contains`` …, a
+keywords beside an ``anyOf`` (merged), ``oneOf`` (branches no value can match twice, or
+written apart: ``schema_oneof``), the ``required`` of an object without ``properties``,
+``not`` of a type, ``dependentRequired``, ``patternProperties`` and ``propertyNames`` over
+the declared properties of a closed object, and listed values (``enum`` / ``const``) beside
+any keyword, each checked by the validator (``schema_values``), are enforced exactly. What is still not enforced (``if`` / ``then``, ``uniqueItems``, ``contains`` …, a
 relaxed count) is, for a ``strict`` schema, a ``SchemaError`` naming the keyword and its
 path (OpenAI's strict mode enforces a schema or refuses it); otherwise it is left out,
 recorded in ``SchemaSet.relaxed``, and the grammar accepts a superset of the schema.
@@ -45,12 +45,11 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-import jsonschema
-
 from engine.constraints.lark_rules import CUSTOM_GRAMMAR
 from engine.constraints.pattern_lengths import within_lengths
 from engine.constraints.schema_keywords import KeywordRules
 from engine.constraints.schema_merge import CHECKED_FORMATS, FORMATS, UNSAT, disjoint, merge
+from engine.constraints.schema_oneof import exclusive
 from engine.constraints.schema_patterns import (
     REPEAT_LIMIT,
     PatternError,
@@ -74,6 +73,7 @@ from engine.constraints.schema_terms import (
     SchemaError,
     Unsatisfiable,
 )
+from engine.constraints.schema_values import ValueCheck, listed
 
 __all__ = ["ENUM_LIMIT", "MAX_SCHEMA_NODES", "REPEAT_LIMIT", "SchemaError", "SchemaSet",
            "Unsatisfiable", "relax_pattern"]
@@ -118,6 +118,7 @@ class _Localizer(KeywordRules):
         self.defs, self.relaxed = owner.defs, owner.relaxed
         self.keys: dict[str, str] = {}  # original ref -> key in defs
         self.nodes = 0
+        self.check = ValueCheck(root)
 
     def loose(self, where: str, what: str) -> None:
         """A keyword the grammar will not enforce: refused under strict, else recorded."""
@@ -189,6 +190,9 @@ class _Localizer(KeywordRules):
                 self.loose(f"{where}.{next(iter(beside))}", "a keyword beside '$ref'")
                 return {"$ref": f"#/$defs/{self.ref_key(node['$ref'], where)}"}
             node = merged
+        values = self._listed(node, where)
+        if values is not None:
+            return values
         node = self._combined(node, where)
         node = self._special(node, where)
         out: dict[str, Any] = {}
@@ -315,21 +319,30 @@ class _Localizer(KeywordRules):
         beside = {k: v for k, v in node.items() if k != union and k in KEYWORDS}
         if union == "oneOf" and "anyOf" in node:
             self.loose(f"{where}.oneOf", "'oneOf' beside 'anyOf'")
-        if union == "oneOf" and not all(disjoint(x, y, self.target)
-                                        for i, x in enumerate(branches)
-                                        for y in branches[i + 1:]):
-            self.loose(f"{where}.oneOf", "branches a value could match more than once")
-        if not beside:
+        overlap = union == "oneOf" and not all(disjoint(x, y, self.target)
+                                               for i, x in enumerate(branches)
+                                               for y in branches[i + 1:])
+        if not beside and not overlap:
             return node
-        spread = [merge(beside, b, self.target) for b in branches]
+        spread = [merge(beside, b, self.target) for b in branches] if beside else branches
         if any(x is None for x in spread):
+            if overlap:
+                self.loose(f"{where}.oneOf", "branches a value could match more than once")
             self.loose(f"{where}.{union}", "keywords beside it that cannot be merged into "
                        "its branches")
             return node
-        kept = [x for x in spread if x is not UNSAT]
-        if not kept:
+        pairs = [(b, x) for b, x in zip(branches, spread, strict=True) if x is not UNSAT]
+        if not pairs:
             raise Unsatisfiable(f"{where}.{union}: no branch can match the keywords beside it")
         rest = {k: v for k, v in node.items() if k not in beside and k != union}
+        kept = [x for _, x in pairs]
+        if overlap:
+            # (a branch no value beside the oneOf can match is none a written value matches)
+            apart = exclusive(kept, [b for b, _ in pairs], self.target, self.strict)
+            if all(x is None for x in apart) or (None in apart and not self.strict):
+                self.loose(f"{where}.oneOf", "branches a value could match more than once")
+                return node if not beside else {**rest, union: kept}
+            kept = [x for x in apart if x is not None]  # strict: a branch left out, a subset
         return {**rest, union: kept}
 
     def _pattern(self, out: dict[str, Any], pattern: str, where: str) -> None:
@@ -342,31 +355,31 @@ class _Localizer(KeywordRules):
         for r in relaxed:
             self.loose(where, r)
 
-    def _values(self, node: dict[str, Any], out: dict[str, Any], where: str
-                ) -> dict[str, Any]:
-        """``enum`` / ``const`` beside other keywords: the listed values that the whole
-        schema allows (the converter writes the values alone)."""
-        listed = [out["const"]] if "const" in out else out.get("enum")
-        rest = {k: v for k, v in node.items() if k in KEYWORDS and k not in ("enum", "const")}
-        if listed is None or not rest:
-            return out
-        context = {k: self.root[k] for k in ("$schema", "$defs", "definitions")
-                   if isinstance(self.root, dict) and k in self.root}
-        try:
-            cls = jsonschema.validators.validator_for(context, jsonschema.Draft202012Validator)
-            check = cls({**context, **rest}, format_checker=cls.FORMAT_CHECKER)
-            kept = [v for v in listed if check.is_valid(v)]
-        except Exception:  # a reference or keyword the validator cannot read
-            # the values cannot be checked against the keywords beside them: not exact
-            self.loose(f"{where}.enum", "listed values beside keywords they cannot be "
-                       "checked against")
-            return out
+    def _listed(self, node: dict[str, Any], where: str) -> dict[str, Any] | None:
+        """A schema that lists its values (``schema_values.listed``) as the values the whole
+        schema allows, every keyword checked by the validator (``not``, ``if``, an
+        ``allOf`` that cannot be merged ...); None where it lists none, or more than
+        ``ENUM_LIMIT``, or the validator cannot read it."""
+        values = listed(node, self.target)
+        if values is None or len(values) > ENUM_LIMIT:
+            return None
+        verdicts = [self.check.valid(v, node) for v in values]
+        if any(v is None for v in verdicts):
+            return None
+        kept = [v for v, ok in zip(values, verdicts, strict=True) if ok]
         if not kept:
             raise Unsatisfiable(f"{where}: no listed value matches the schema")
-        values = {k: v for k, v in out.items() if k not in ("enum", "const")
-                  and k not in NUMERIC and k not in COUNTS and k not in ("pattern", "format")}
-        return {**values, "enum": kept} if len(kept) > 1 or "enum" in out else \
-            {**values, "const": kept[0]}
+        return {"enum": kept} if len(kept) > 1 else {"const": kept[0]}
+
+    def _values(self, node: dict[str, Any], out: dict[str, Any], where: str
+                ) -> dict[str, Any]:
+        """``enum`` / ``const`` beside keywords ``_listed`` could not check them against
+        (the converter writes the values alone): not exact."""
+        if ("enum" in out or "const" in out) and any(
+                k in KEYWORDS and k not in ("enum", "const") for k in node):
+            self.loose(f"{where}.enum", "listed values beside keywords they cannot be "
+                       "checked against")
+        return out
 
     def _strings(self, out: dict[str, Any], where: str) -> dict[str, Any]:
         """``format`` as a pattern; the keywords the converter reads one at a time

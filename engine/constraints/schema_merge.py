@@ -88,8 +88,23 @@ def _intersect_types(a: Any, b: Any) -> list[str]:
     return sorted(out)
 
 
-def _key(value: Any) -> str:
-    return json.dumps(value, sort_keys=True)
+def value_key(value: Any) -> str:
+    """``value`` as text equal for values JSON Schema calls equal (``1`` and ``1.0`` too:
+    json.dumps tells them apart, and two branches listing them were taken as disjoint)."""
+    return json.dumps(_whole(value), sort_keys=True)
+
+
+def _whole(value: Any) -> Any:
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, list):
+        return [_whole(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _whole(v) for k, v in value.items()}
+    return value
+
+
+_key = value_key
 
 
 def merge(a: Any, b: Any, resolve: Callable[[str], Any]) -> dict[str, Any] | None:

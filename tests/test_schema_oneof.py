@@ -1,0 +1,130 @@
+"""``oneOf`` branches a value could match twice (``engine.constraints.schema_oneof``): served
+under strict by writing each branch so that nothing it writes matches another, where they
+were a 400. Random walks through llama.cpp's grammar sampler (a random model under the
+grammar) must each validate, for every schema drawn in the shapes real schemas use:
+mutually exclusive ``required`` beside an object's properties, a discriminating ``const``
+with the other names beside, closed branches of different properties."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+from grammar_walk import GrammarWalker
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+
+from api.chat.answer_check import schema_errors
+from conftest import require_model
+from engine.constraints.grammar import GrammarError, json_grammar
+
+NAMES = ["a", "b", "c", "d", "e"]
+VALUES = [{"type": "string", "maxLength": 3}, {"type": "integer", "minimum": 0,
+                                               "maximum": 9}, {"type": "boolean"}]
+
+
+@pytest.fixture(scope="module")
+def walker() -> Iterator[GrammarWalker]:
+    w = GrammarWalker(require_model("qwen-0.5b"))
+    yield w
+    w.close()
+
+
+@st.composite
+def exclusive_required(draw: st.DrawFn) -> dict[str, Any]:
+    """An object's properties beside ``oneOf: [{"required": [...]}, ...]`` (func.yaml's
+    volumes, Glaive's ``calculate_area``): a value holding two branches' names
+    matches both."""
+    props = {n: draw(st.sampled_from(VALUES)) for n in NAMES}
+    sets = draw(st.lists(st.lists(st.sampled_from(NAMES), min_size=1, max_size=2, unique=True),
+                         min_size=2, max_size=3))
+    schema: dict[str, Any] = {"type": "object", "properties": props,
+                              "oneOf": [{"required": s} for s in sets]}
+    if draw(st.booleans()):
+        schema["required"] = draw(st.lists(st.sampled_from(NAMES), max_size=1))
+    if draw(st.booleans()):
+        schema["additionalProperties"] = False
+    return schema
+
+
+@st.composite
+def discriminated(draw: st.DrawFn) -> dict[str, Any]:
+    """One ``kind`` per branch, the names it needs beside it, the rest declared outside."""
+    kinds = draw(st.lists(st.sampled_from(["x", "y", "z", 1]), min_size=2, max_size=3,
+                          unique=True))
+    branches = [{"properties": {"kind": {"const": k}},
+                 "required": draw(st.lists(st.sampled_from(NAMES), max_size=2, unique=True))}
+                for k in kinds]
+    return {"type": "object", "required": ["kind"], "oneOf": branches,
+            "properties": {"kind": {"enum": kinds}, **{n: VALUES[i % 3]
+                                                       for i, n in enumerate(NAMES)}}}
+
+
+@st.composite
+def closed_branches(draw: st.DrawFn) -> dict[str, Any]:
+    """Closed objects of different properties (``{}`` matches every one of them)."""
+    sets = draw(st.lists(st.lists(st.sampled_from(NAMES), min_size=1, max_size=3, unique=True),
+                         min_size=2, max_size=3))
+    return {"type": "object", "oneOf": [
+        {"type": "object", "additionalProperties": False,
+         "properties": {n: VALUES[NAMES.index(n) % 3] for n in s},
+         "required": draw(st.lists(st.sampled_from(s), max_size=1))} for s in sets]}
+
+
+@pytest.mark.model
+@settings(max_examples=60, deadline=None, derandomize=True,
+          suppress_health_check=list(HealthCheck),
+          phases=(Phase.explicit, Phase.reuse, Phase.generate))
+@given(schema=st.one_of(exclusive_required(), discriminated(), closed_branches()),
+       seed=st.integers(0, 1 << 20))
+def test_every_answer_matches_exactly_one_branch(walker: GrammarWalker,
+                                                 schema: dict[str, Any], seed: int) -> None:
+    try:
+        grammar = json_grammar(schema, strict=True)
+    except GrammarError as exc:
+        assert "oneOf" in str(exc) or "no value" in str(exc), str(exc)
+        return
+    assert not grammar.relaxed
+    for i in range(6):
+        text = walker.walk(grammar.text, np.random.default_rng(seed + i))
+        if text is not None:
+            value = json.loads(text)
+            assert schema_errors(value, schema) is None, (schema, text)
+
+
+@pytest.mark.parametrize("schema", [
+    # func.yaml's volume: one of two sources beside the object's other properties
+    {"type": "object", "additionalProperties": False, "required": ["path"],
+     "properties": {"secret": {"type": "string"}, "configMap": {"type": "string"},
+                    "path": {"type": "string"}},
+     "oneOf": [{"required": ["secret"]}, {"required": ["configMap"]}]},
+    # Glaive's calculate_area: a shape per branch, its dimensions required
+    {"type": "object", "required": ["shape"], "properties": {
+        "shape": {"enum": ["circle", "rectangle"]}, "radius": {"type": "number"},
+        "width": {"type": "number"}, "length": {"type": "number"}},
+     "oneOf": [{"properties": {"shape": {"const": "circle"}}, "required": ["radius"]},
+               {"properties": {"shape": {"const": "rectangle"}},
+                "required": ["length", "width"]}]},
+    # a cursor: next or previous, closed (the empty object matches both)
+    {"type": "object", "oneOf": [
+        {"additionalProperties": False, "properties": {"next": {"type": "string"}}},
+        {"additionalProperties": False, "properties": {"previous": {"type": "string"}}}]},
+    # one branch's names a subset of the other's: that branch is left out under strict
+    {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+     "oneOf": [{"required": ["a"]}, {"required": ["a", "b"]}]},
+])
+def test_overlapping_branches_real_schemas_write_are_served_strict(
+        schema: dict[str, Any]) -> None:
+    grammar = json_grammar(schema, strict=True)
+    assert not grammar.relaxed
+
+
+def test_branches_no_narrowing_keeps_apart_are_still_refused() -> None:
+    for schema in ({"oneOf": [{"type": "string"}, {"type": "string", "maxLength": 5}]},
+                   {"oneOf": [{"type": "object"}, {"required": ["a"]}]}):
+        with pytest.raises(GrammarError, match=r"oneOf.*strict"):
+            json_grammar(schema, strict=True)
+        assert json_grammar(schema).relaxed  # not strict: relaxed, recorded

@@ -1,0 +1,104 @@
+"""Listed values checked against the whole schema (``engine.constraints.schema_values``): a
+schema that lists its values (``enum``, ``const``, itself or in an ``allOf`` part) beside
+keywords no grammar holds (``not``, ``if``, ``uniqueItems``, ``contains`` ...) is served
+exactly under strict, where it was a 400: llama.cpp's grammar sampler allows a listed
+value exactly when the validator calls it valid."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from grammar_walk import TextChecker
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from api.chat.answer_check import schema_errors
+from conftest import require_model
+from engine.constraints.grammar import GrammarError, json_grammar
+from engine.constraints.schema_merge import disjoint, value_key
+
+POOL: list[Any] = [0, 1, 1.0, 2, 2.5, -3, 10, "a", "bb", "", None, True, False, [], [1, 1],
+                   [1, 2], [2, "a"], {}, {"a": 1}, {"a": "x", "b": 2}, {"b": None}]
+# keywords a grammar cannot hold in general, each beside the listed values
+BESIDE: list[dict[str, Any]] = [
+    {"not": {"const": 1}}, {"not": {"type": "string"}}, {"not": {"enum": [[], {}]}},
+    {"uniqueItems": True}, {"contains": {"const": 1}}, {"minProperties": 1},
+    {"if": {"type": "integer"}, "then": {"minimum": 1}, "else": {"type": ["string", "array"]}},
+    {"multipleOf": 0.5}, {"dependentRequired": {"a": ["b"]}},
+    {"anyOf": [{"type": "integer"}, {"minLength": 1}]},
+    {"oneOf": [{"type": "number"}, {"type": "integer"}]},
+    {"patternProperties": {"^a$": {"type": "string"}}}, {"propertyNames": {"maxLength": 0}},
+    {"allOf": [{"not": {"type": "null"}}, {"not": {"const": "bb"}}]},
+]
+
+
+@pytest.fixture(scope="module")
+def checker() -> Iterator[TextChecker]:
+    c = TextChecker(require_model("qwen-0.5b"))
+    yield c
+    c.close()
+
+
+def _unique(values: list[Any]) -> list[Any]:
+    seen: dict[str, Any] = {}
+    for v in values:
+        seen.setdefault(value_key(v), v)
+    return list(seen.values())
+
+
+@pytest.mark.model
+@settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck))
+@given(values=st.lists(st.sampled_from(POOL), min_size=1, max_size=6).map(_unique),
+       beside=st.lists(st.sampled_from(BESIDE), min_size=1, max_size=2),
+       where=st.sampled_from(["beside", "allOf", "allOf-ref", "const"]))
+def test_listed_values_are_allowed_exactly_when_valid(
+        checker: TextChecker, values: list[Any], beside: list[dict[str, Any]],
+        where: str) -> None:
+    rest: dict[str, Any] = {k: v for part in beside for k, v in part.items()}
+    listing: dict[str, Any] = {"const": values[0]} if where == "const" else {"enum": values}
+    if where == "beside" or where == "const":
+        schema = {**listing, **rest}
+    elif where == "allOf":
+        schema = {"allOf": [listing, rest]}
+    else:
+        schema = {"$defs": {"v": listing}, "allOf": [{"$ref": "#/$defs/v"}, rest]}
+    listed = values[:1] if where == "const" else values
+    valid = [v for v in listed if schema_errors(v, schema) is None]
+    try:
+        grammar = json_grammar(schema, strict=True)
+    except GrammarError as exc:
+        assert not valid and "no listed value" in str(exc), (schema, str(exc))
+        return
+    assert not grammar.relaxed
+    for v in listed:
+        assert checker.accepts(grammar.text, json.dumps(v)) == (v in valid), (schema, v)
+    assert not checker.accepts(grammar.text, json.dumps("zz-not-listed"))
+
+
+@pytest.mark.model
+def test_equal_numbers_are_one_value(checker: TextChecker) -> None:
+    """``1`` and ``1.0`` are one value to JSON Schema: two ``oneOf`` branches listing them
+    were taken as disjoint (their JSON texts differ), so a value matching both was
+    written under strict."""
+    assert not disjoint({"enum": [1, 5]}, {"const": 1.0}, lambda ref: None)
+    assert not disjoint({"const": {"a": [2.0]}}, {"const": {"a": [2]}}, lambda ref: None)
+    assert disjoint({"const": 1}, {"const": True}, lambda ref: None)  # JSON: not equal
+    schema = {"oneOf": [{"const": 1}, {"enum": [1.0, 2]}]}
+    assert schema_errors(1, schema) is not None
+    try:
+        grammar = json_grammar(schema, strict=True)
+    except GrammarError:
+        return  # refused: fine; written: never 1
+    assert not checker.accepts(grammar.text, "1") and not checker.accepts(grammar.text, "1.0")
+
+
+def test_listed_values_beside_a_keyword_the_validator_cannot_read_are_refused() -> None:
+    """Values that cannot be checked (a remote reference beside them) stay refused under
+    strict, relaxed and recorded otherwise."""
+    schema = {"enum": ["a", "b"], "not": {"$ref": "https://example.com/s.json"}}
+    with pytest.raises(GrammarError, match="strict"):
+        json_grammar(schema, strict=True)
+    assert json_grammar(schema).relaxed
