@@ -34,6 +34,7 @@ from engine.constraints.schema_converter import _class_char as _class_char
 from engine.constraints.schema_converter import _converter as _converter
 from engine.constraints.schema_converter import counted
 from engine.constraints.schema_converter import custom_rule as custom_rule
+from engine.constraints.schema_terms import KEY_PATTERN
 
 _G: Any = llama_cpp.llama_grammar  # untyped Python module: used through Any
 
@@ -200,6 +201,15 @@ def checked_parameters(tool: dict[str, Any],
     return params
 
 
+def any_key(local: Any, strict: bool) -> bool:
+    """Whether a call's key/value markup may hold parameters of any name and any value
+    (written as text): an object open to any key; under ``strict`` not one whose other
+    keys have a schema or a pattern (``KEY_PATTERN``): those get none (a subset)."""
+    if not isinstance(local, dict) or local.get("additionalProperties") is False:
+        return False
+    return not strict or ("additionalProperties" not in local and KEY_PATTERN not in local)
+
+
 def is_strict(tool: dict[str, Any]) -> bool:
     """Whether a tool asks for its parameters to be enforced exactly."""
     return bool(tool["function"].get("strict"))
@@ -329,8 +339,7 @@ def _xml_grammar(tools: list[dict[str, Any]], start: str, end: str, *,
             rule = conv._add_rule(f"fn{i}-p{j}", f'{_gbnf_literal(f"<parameter={key}>" + chr(10))} '
                                   f'{value} {_gbnf_literal(chr(10) + "</parameter>" + chr(10))}')
             parts.append(rule if key in required else f"{rule}?")
-        closed = isinstance(local, dict) and local.get("additionalProperties") is False
-        if not props and not closed:
+        if not props and any_key(local, is_strict(tool)):
             parts.append("xml-any-parameter*")  # any object: parameters of any name
         head = _gbnf_literal(f"<function={fn['name']}>" + chr(10))
         alternatives.append(conv._add_rule(f"fn{i}", " ".join(

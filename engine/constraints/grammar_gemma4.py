@@ -39,13 +39,14 @@ from engine.constraints.grammar import (
 from engine.constraints.json_schema import SchemaSet
 from engine.constraints.lark_rules import CUSTOM_GRAMMAR
 from engine.constraints.schema_converter import counted, ordered_members
+from engine.constraints.schema_terms import KEY_PATTERN
 
 QUOTE = '<|"|>'
 _HANDLED = {"type", "properties", "required", "additionalProperties", "items", "minItems",
             "maxItems", "enum", "const", "anyOf", "oneOf", "minLength", "maxLength", "pattern",
             "format", "$ref", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
             "multipleOf", "uniqueItems", "minProperties", "maxProperties", "$defs", "$places",
-            CUSTOM_GRAMMAR}
+            CUSTOM_GRAMMAR, KEY_PATTERN}
 _BASE = {
     "g4-char": '[^<] | "<" [^|]',  # a string cannot hold the start of a control token
     "g4-string": f'{_gbnf_literal(QUOTE)} g4-char* {_gbnf_literal(QUOTE)}',
@@ -146,6 +147,12 @@ class _Values:
 
     def _object(self, schema: dict[str, Any], name: str) -> str:
         props: dict[str, Any] = schema.get("properties") or {}
+        extra = schema.get("additionalProperties", True)
+        if not props and (extra is False or KEY_PATTERN in schema):
+            return '"{" "}"'  # no key allowed; a map's keys are JSON strings: none (a subset)
+        if not props and isinstance(extra, dict):  # a map: keys of any name, values of its schema
+            value = self.rule(extra, f"{name}-value")
+            return self._add(name, f'"{{" (g4-key ":" {value} ("," g4-key ":" {value})*)? "}}"')
         if not props:
             return "g4-object"
         required = set(schema.get("required", []))

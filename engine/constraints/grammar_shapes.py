@@ -23,6 +23,7 @@ from engine.constraints.grammar import (
     _trigger,
     _visit,
     _xml_string,
+    any_key,
     is_strict,
     tool_parameters,
 )
@@ -102,7 +103,7 @@ def _shaped(tools: list[dict[str, Any]], shape: Shape, *, parallel: bool, lazy: 
         name = tool["function"]["name"]
         local = _local(schemas, params, f"tools.{name}.parameters", is_strict(tool))
         if shape.pairs:
-            args = _key_values(conv, schemas, shape, local, i)
+            args = _key_values(conv, schemas, shape, local, i, is_strict(tool))
         else:
             args = _visit(conv, schemas.root(local), f"fn{i}-args")
         before, index, rest = shape.name_close.partition("{index}")
@@ -129,7 +130,8 @@ def _shaped(tools: list[dict[str, Any]], shape: Shape, *, parallel: bool, lazy: 
     return _grammar(conv, schemas, (_trigger(shape.marker),) if lazy and shape.marker else ())
 
 
-def _key_values(conv: Any, schemas: SchemaSet, shape: Shape, local: Any, i: int) -> str:
+def _key_values(conv: Any, schemas: SchemaSet, shape: Shape, local: Any, i: int,
+                strict: bool) -> str:
     """A call's arguments as key/value markup: declared parameters in order (required
     ones always, optional ones may be left out); with no declared parameters and an open
     schema, any."""
@@ -151,7 +153,6 @@ def _key_values(conv: Any, schemas: SchemaSet, shape: Shape, local: Any, i: int)
         rule = conv._add_rule(f"fn{i}-p{j}",
                               f"{key_text} {value} {_gbnf_literal(shape.close_value(key))}")
         parts.append(rule if key in required else f"{rule}?")
-    closed = isinstance(local, dict) and local.get("additionalProperties") is False
-    if not props and not closed:
+    if not props and any_key(local, strict):
         parts.append("xml-any-parameter*")
     return " ".join(parts) or '""'

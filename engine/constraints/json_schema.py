@@ -32,10 +32,12 @@ JSON-string-safe and anchored), formats (``schema_merge.FORMATS``), ``allOf`` an
 keywords beside an ``anyOf`` (merged), ``oneOf`` (branches no value can match twice, or
 written apart: ``schema_oneof``), the ``required`` of an object without ``properties``,
 ``not`` of a type, ``dependentRequired``, ``patternProperties`` and ``propertyNames`` over
-the declared properties of a closed object, and listed values (``enum`` / ``const``) beside
-any keyword, each checked by the validator (``schema_values``), are enforced exactly. What is still not enforced (``if`` / ``then``, ``uniqueItems``, ``contains`` …, a
-relaxed count) is, for a ``strict`` schema, a ``SchemaError`` naming the keyword and its
-path (OpenAI's strict mode enforces a schema or refuses it); otherwise it is left out,
+the declared properties of a closed object, a map's keys (``patternProperties`` beside
+``additionalProperties: false``), and listed values (``enum`` / ``const``) beside any
+keyword, each checked by the validator (``schema_values``), are enforced exactly. What is
+still not enforced (``if`` / ``then``, ``uniqueItems``, ``contains`` …, a relaxed count) is,
+for a ``strict`` schema, a ``SchemaError`` naming the keyword and its path (OpenAI's strict
+mode enforces a schema or refuses it); otherwise it is left out,
 recorded in ``SchemaSet.relaxed``, and the grammar accepts a superset of the schema.
 """
 
@@ -61,6 +63,7 @@ from engine.constraints.schema_terms import (
     ANY_TYPES,
     COUNTS,
     ENUM_LIMIT,
+    KEY_PATTERN,
     KEYWORDS,
     MAX_OPTIONAL_PROPERTIES,
     MAX_SCHEMA_NODES,
@@ -231,6 +234,13 @@ class _Localizer(KeywordRules):
                         out[key] = False
                 else:
                     out[key] = self.walk(value, f"{where}.{key}")
+            elif key == KEY_PATTERN:  # (schema_keywords._map_keys: checked as a pattern)
+                keys: dict[str, Any] = {}
+                self._pattern(keys, value, f"{where}.patternProperties")
+                if "pattern" in keys:
+                    out[key] = keys["pattern"]
+                else:  # (not strict: relaxed) keys of any name
+                    self.loose(f"{where}.patternProperties", "'patternProperties'")
             elif key == "pattern":
                 if not isinstance(value, str):
                     raise SchemaError(f"{where}.pattern must be a string")

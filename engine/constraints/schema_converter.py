@@ -33,6 +33,7 @@ from engine.constraints.lark_rules import (
 from engine.constraints.regex_rules import class_char, gbnf_literal
 from engine.constraints.schema_numbers import number_bounds
 from engine.constraints.schema_patterns import JSON_UNSAFE, REPEAT_LIMIT
+from engine.constraints.schema_terms import KEY_PATTERN
 
 _G: Any = llama_cpp.llama_grammar  # untyped Python module: used through Any
 
@@ -89,8 +90,17 @@ class _Converter(_G.SchemaConverter):  # type: ignore[misc]
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._shared_rules: dict[tuple[Any, ...], str] = {}  # a bound's key: its rule
+        self._key_pattern: str | None = None  # the next object's other keys (KEY_PATTERN)
 
     def visit(self, schema: Any, name: str) -> Any:
+        if isinstance(schema, dict) and KEY_PATTERN in schema:
+            # a map's keys: read by the _build_object_rule the port calls first for this
+            # object (reset after, whatever path the visit took)
+            self._key_pattern = str(schema[KEY_PATTERN])
+            try:
+                return self.visit({k: v for k, v in schema.items() if k != KEY_PATTERN}, name)
+            finally:
+                self._key_pattern = None
         if isinstance(schema, dict) and isinstance(schema.get(CUSTOM_GRAMMAR), dict):
             rule = f"{name}-" if name in _G.RESERVED_NAMES else name or "root"
             inner = custom_rule(self, schema[CUSTOM_GRAMMAR], rule, json_mode=True)
@@ -159,6 +169,7 @@ class _Converter(_G.SchemaConverter):  # type: ignore[misc]
         """An object's properties in the schema's order (``ordered_members``), then its
         other keys (``additional_properties`` True or a schema) in any number."""
         prefix = f"{name}{'-' if name else ''}"
+        keys, self._key_pattern = self._key_pattern, None  # this object's only
         kvs = []
         for prop, schema in properties:
             value = self.visit(schema, f"{prefix}{prop}")
@@ -170,8 +181,12 @@ class _Converter(_G.SchemaConverter):  # type: ignore[misc]
         if additional_properties == True or isinstance(additional_properties, dict):  # noqa: E712
             value = self.visit({} if additional_properties == True else additional_properties,  # noqa: E712
                                f"{prefix}additional-value")
-            key = (self._other_names([k for k, _ in properties], f"{prefix}additional-kv-key")
-                   if properties else self._add_primitive("string", _G.PRIMITIVE_RULES["string"]))
+            if keys is not None and not properties:
+                key = str(self._visit_pattern(keys, f"{prefix}additional-kv-key"))
+            elif properties:
+                key = self._other_names([k for k, _ in properties], f"{prefix}additional-kv-key")
+            else:
+                key = self._add_primitive("string", _G.PRIMITIVE_RULES["string"])
             other = (f"{prefix}additional",
                      self._add_rule(f"{prefix}additional-kv", f'{key} ":" space {value}'))
         first = ordered_members(kvs, self._add_rule, '"," space', other)

@@ -15,6 +15,7 @@ from engine.constraints.schema_numbers import decimal, int_bounds, number_bounds
 from engine.constraints.schema_terms import (
     ANY_TYPES,
     ENUM_LIMIT,
+    KEY_PATTERN,
     NUMERIC,
     SchemaError,
     Unsatisfiable,
@@ -31,6 +32,7 @@ class KeywordRules:
         """The validation keywords of ``SPECIAL`` rewritten into what the converter reads,
         where the shape allows it exactly; those left stay for ``walk`` to report."""
         node = dict(node)
+        node.pop(KEY_PATTERN, None)  # only _map_keys writes it
         raw_props = node.get("properties")
         props: dict[str, Any] = raw_props if isinstance(raw_props, dict) else {}
         closed = "properties" in node and node.get("additionalProperties") in (None, False)
@@ -74,6 +76,8 @@ class KeywordRules:
             node.pop("dependencies", None)
         if closed and props:
             node = self._names(node, props, where)
+        elif node.get("additionalProperties") is False and not props:
+            node = self._map_keys(node)
         elif isinstance(node.get("patternProperties"), dict) and \
                 node.get("additionalProperties") is not False:
             node = self._open_patterns(node, props)
@@ -115,6 +119,28 @@ class KeywordRules:
         values = [v for _, v in matchers] + ([extra] if isinstance(extra, dict) else [])
         node["additionalProperties"] = values[0] if len(values) == 1 else {"allOf": values}
         return node
+
+    @staticmethod
+    def _map_keys(node: dict[str, Any]) -> dict[str, Any]:
+        """A map: no declared property, ``additionalProperties: false``, its keys the
+        ``patternProperties`` (all of one schema): any number of keys matching the patterns
+        (``KEY_PATTERN``, made JSON-safe and checked as a ``pattern`` is), each value under
+        that schema."""
+        patterns = node.get("patternProperties")
+        if not isinstance(patterns, dict) or not patterns or node.get("required") or \
+                set(node) & {"propertyNames", "minProperties", "maxProperties"}:
+            return node
+        schemas = list(patterns.values())
+        if any(s != schemas[0] for s in schemas[1:]) or \
+                not all(isinstance(p, str) and p for p in patterns):
+            return node  # a key two patterns match needs both schemas
+        if schemas[0] is False:  # no key may match: no key at all
+            return {k: v for k, v in node.items() if k != "patternProperties"}
+        node = {k: v for k, v in node.items() if k != "patternProperties"}
+        if schemas[0] is True:
+            schemas[0] = {}  # (walked as any value; `true` would be dropped as "any key")
+        # the patterns' union: each one alternatives at the top level of the whole
+        return {**node, "additionalProperties": schemas[0], KEY_PATTERN: "|".join(patterns)}
 
     def _names(self, node: dict[str, Any], props: dict[str, Any], where: str
                ) -> dict[str, Any]:

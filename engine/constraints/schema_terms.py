@@ -17,6 +17,9 @@ SPECIAL = ("not", "if", "then", "else", "patternProperties", "dependentRequired"
            "unevaluatedProperties", "unevaluatedItems", "$dynamicRef", "$recursiveRef")
 
 SCHEMA_MAPS = ("properties",)  # name -> schema
+# (walker -> writers) the pattern every other key of an object matches: a map's
+# `patternProperties` (schema_keywords._map_keys); never taken from a request's schema
+KEY_PATTERN = "$keyPattern"
 COUNTS = ("minItems", "maxItems", "minLength", "maxLength")
 SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
 SCHEMA_VALUES = ("items", "additionalProperties")
