@@ -17,8 +17,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from decimal import Decimal
 from typing import Any
+from urllib.parse import quote
 
 import jsonschema
+
+try:
+    from rfc3986_validator import validate_rfc3986
+except ImportError:  # (a dependency; without it jsonschema checks no URI either)
+    validate_rfc3986 = None
 
 _FLOAT_MULTIPLE_OF = jsonschema.Draft202012Validator.VALIDATORS["multipleOf"]
 _DECIMAL: dict[Any, Any] = {}  # each draft's validator with _multiple_of
@@ -41,12 +47,34 @@ def _multiple_of(validator: Any, step: Any, instance: Any, schema: Any
         yield jsonschema.ValidationError(f"{instance!r} is not a multiple of {step!r}")
 
 
+def _iri(rule: str) -> Callable[[object], bool]:
+    """RFC 3987's check of an IRI: its URI (section 3.1: each non-ASCII character
+    percent-encoded as UTF-8) is an RFC 3986 URI (jsonschema's own IRI checker needs
+    rfc3987-syntax, which engine/__init__.py keeps out)."""
+    def check(instance: object) -> bool:
+        if not isinstance(instance, str):
+            return True
+        uri = "".join(c if c.isascii() else quote(c, safe="") for c in instance)
+        return bool(validate_rfc3986(uri, rule=rule))
+    return check
+
+
+def _format_checker(base: Any) -> Any:
+    checker = jsonschema.FormatChecker(formats=())
+    checker.checkers = dict(base.FORMAT_CHECKER.checkers)
+    if validate_rfc3986 is not None:
+        for name, rule in (("iri", "URI"), ("iri-reference", "URI_reference")):
+            checker.checkers.setdefault(name, (_iri(rule), ()))
+    return checker
+
+
 def validator_class(schema: Any) -> Any:
     """The validator class for ``schema``'s draft (2020-12 when it names none), with
-    ``multipleOf`` in decimals."""
+    ``multipleOf`` in decimals and the IRI formats checked (``_iri``)."""
     base = jsonschema.validators.validator_for(schema, jsonschema.Draft202012Validator)
     if base not in _DECIMAL:
-        _DECIMAL[base] = jsonschema.validators.extend(base, {"multipleOf": _multiple_of})
+        _DECIMAL[base] = jsonschema.validators.extend(
+            base, {"multipleOf": _multiple_of}, format_checker=_format_checker(base))
     return _DECIMAL[base]
 
 
