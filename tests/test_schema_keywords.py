@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from api.chat.answer_check import schema_errors
 from conftest import require_model
-from engine.constraints.grammar import json_grammar, xml_tool_call_grammar
+from engine.constraints.grammar import GrammarError, json_grammar, xml_tool_call_grammar
 from engine.constraints.grammar_gemma4 import gemma4_call_grammar
 from engine.constraints.schema_terms import KEY_PATTERN
 
@@ -57,7 +57,9 @@ def test_a_maps_keys_match_its_patterns(walker: GrammarWalker, keys: list[str], 
     assert not grammar.relaxed
     for i in range(6):
         text = walker.walk(grammar.text, np.random.default_rng(seed + i))
-        if text is None:
+        if text is None or "\ufffd" in text:
+            # (bytes that are no UTF-8: llama.cpp's grammar reads a surrogate or an overlong
+            # sequence as a code point, Python as several U+FFFD; a known gap, not the map's)
             continue
         parsed = json.loads(text)
         assert schema_errors(parsed, schema) is None, (schema, text)
@@ -76,11 +78,32 @@ def test_keys_the_patterns_refuse_are_refused(checker: TextChecker) -> None:
 
 @pytest.mark.model
 def test_a_key_pattern_sent_in_a_schema_is_not_read(checker: TextChecker) -> None:
-    """The walker's own marker (``KEY_PATTERN``) in a request's schema is left out: the
-    validator allows this object nothing, so neither does the grammar."""
-    schema = {"type": "object", "additionalProperties": False, KEY_PATTERN: "^[a-z]+$"}
-    g = json_grammar(schema, strict=True).text
-    assert checker.accepts(g, "{}") and not checker.accepts(g, '{"ab": 1}')
+    """The walker's own marker (``KEY_PATTERN``) in a request's schema is left out: any
+    key stays allowed, as the validator allows it (read, it would narrow the keys; as a list
+    it could hold what no pattern check saw)."""
+    for marker in ("^[a-z]+$", ["^[a-z]+$"]):
+        schema = {"type": "object", "additionalProperties": {"type": "integer"},
+                  KEY_PATTERN: marker}
+        g = json_grammar(schema, strict=True).text
+        assert checker.accepts(g, '{"AB": 1}') and checker.accepts(g, '{"ab": 1}')
+
+
+@pytest.mark.model
+def test_each_key_pattern_is_checked_alone(checker: TextChecker) -> None:
+    """Two patterns that are no regex alone must not make one together (``x\\`` and ``y``
+    joined were ``x\\|y``, the text "x|y"): each is checked, then grouped in the union; and
+    schemas that Python calls equal but JSON does not (1 and true) are two schemas."""
+    for patterns in ({"x\\": {}, "y": {}}, {"(a": {}, "b)": {}}):
+        with pytest.raises(GrammarError, match="strict"):
+            json_grammar({"type": "object", "additionalProperties": False,
+                          "patternProperties": patterns}, strict=True)
+    with pytest.raises(GrammarError, match="strict"):
+        json_grammar({"type": "object", "additionalProperties": False, "patternProperties": {
+            "^a$": {"const": 1}, "^b$": {"const": True}}}, strict=True)
+    g = json_grammar({"type": "object", "additionalProperties": False, "patternProperties": {
+        "^a$": {"type": "integer"}, "b$": {"type": "integer"}}}, strict=True).text
+    assert checker.accepts(g, '{"a": 1, "xb": 2}') and checker.accepts(g, '{"ab": 1}')
+    assert not checker.accepts(g, '{"ba": 1}') and not checker.accepts(g, '{"c": 1}')
 
 
 def _tool(params: dict[str, Any], strict: bool = True) -> dict[str, Any]:
@@ -120,3 +143,37 @@ def test_call_markup_writes_no_key_a_strict_schema_refuses(checker: TextChecker)
     assert checker.accepts(g, call("m:{a:1,b:2},p:{},c:{}"))
     for bad in (f"m:{{a:{q}x{q}}},p:{{}},c:{{}}", "m:{},p:{a:1},c:{}", "m:{},p:{},c:{a:1}"):
         assert not checker.accepts(g, call(bad)), bad
+
+
+@pytest.mark.model
+def test_call_markup_writes_listed_non_strings_as_json(checker: TextChecker) -> None:
+    """XML and key/value parameters are bare text only where the value is a string: a typed
+    or typeless enum of numbers, a ``const`` true, a union, are JSON (the review found a
+    typed enum written as any text once its type was left out); a strict tool whose
+    parameters are a union at the top is refused, one that is a reference is followed."""
+    params = {"type": "object", "required": ["n", "b", "u"], "properties": {
+        "n": {"type": "integer", "enum": [1, 2]}, "b": {"const": True},
+        "u": {"anyOf": [{"type": "integer"}, {"type": "null"}]}}}
+    g = xml_tool_call_grammar([_tool(params)], "<tool_call>", "</tool_call>",
+                              parallel=False, lazy=False).text
+
+    def call(n: str, b: str, u: str) -> str:
+        return ("<tool_call>\n<function=f>\n" + "".join(
+            f"<parameter={k}>\n{v}\n</parameter>\n" for k, v in (("n", n), ("b", b), ("u", u)))
+            + "</function>\n</tool_call>")
+
+    assert checker.accepts(g, call("2", "true", "null"))
+    assert checker.accepts(g, call("1", "true", "7"))
+    for bad in (call("abc", "true", "1"), call("3", "true", "1"), call("1", "yes", "1"),
+                call("1", "true", "abc")):
+        assert not checker.accepts(g, bad), bad
+    union = {"anyOf": [params, {"type": "object", "properties": {"z": {"type": "string"}}}]}
+    with pytest.raises(GrammarError, match="strict"):
+        xml_tool_call_grammar([_tool(union)], "<tool_call>", "</tool_call>", parallel=False,
+                              lazy=False)
+    ref = {"$defs": {"P": params}, "$ref": "#/$defs/P"}
+    g = xml_tool_call_grammar([_tool(ref)], "<tool_call>", "</tool_call>", parallel=False,
+                              lazy=False).text
+    assert checker.accepts(g, call("2", "true", "null"))
+    assert not checker.accepts(g, "<tool_call>\n<function=f>\n<parameter=x>\nabc\n"
+                                  "</parameter>\n</function>\n</tool_call>")

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from grammar_walk import GrammarWalker
+from grammar_walk import GrammarWalker, TextChecker
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
@@ -128,3 +128,45 @@ def test_branches_no_narrowing_keeps_apart_are_still_refused() -> None:
         with pytest.raises(GrammarError, match=r"oneOf.*strict"):
             json_grammar(schema, strict=True)
         assert json_grammar(schema).relaxed  # not strict: relaxed, recorded
+
+
+@pytest.fixture(scope="module")
+def checker() -> Iterator[TextChecker]:
+    c = TextChecker(require_model("qwen-0.5b"))
+    yield c
+    c.close()
+
+
+D4 = "http://json-schema.org/draft-04/schema#"
+D7 = "http://json-schema.org/draft-07/schema#"
+
+
+@pytest.mark.model
+@pytest.mark.parametrize(("schema", "both"), [
+    # up to draft 7 a $ref stands alone: the branch is X, any object, whatever beside it
+    ({"$schema": D7, "definitions": {"X": {"type": "object"}}, "oneOf": [
+        {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"],
+         "additionalProperties": False},
+        {"$ref": "#/definitions/X", "additionalProperties": False}]}, '{"a": 1}'),
+    ({"$schema": D7, "definitions": {"X": {"type": "object"}}, "oneOf": [
+        {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"],
+         "additionalProperties": False},
+        {"$ref": "#/definitions/X", "required": ["b"]}]}, '{"a": 1}'),
+    # draft 4 has no const: both branches allow any shape
+    ({"$schema": D4, "type": "object", "properties": {"shape": {"type": "string"}},
+      "required": ["shape"], "oneOf": [{"properties": {"shape": {"const": "a"}}},
+                                       {"properties": {"shape": {"const": "b"}}}]},
+     '{"shape": "a"}'),
+    ({"$schema": D4, "oneOf": [{"const": "a"}, {"const": "b"}]}, '"a"'),
+])
+def test_branches_are_read_as_the_schemas_draft_reads_them(
+        checker: TextChecker, schema: dict[str, Any], both: str) -> None:
+    """A proof that no value matches two branches must read them as the validator does: a
+    draft-07 ``$ref`` ignores the keywords beside it, and draft 4 has no ``const`` (the
+    review found each of these allowed a value valid under both branches)."""
+    assert schema_errors(json.loads(both), schema) is not None  # matches both: invalid
+    try:
+        grammar = json_grammar(schema, strict=True)
+    except GrammarError:
+        return  # refused: fine
+    assert not checker.accepts(grammar.text, both)

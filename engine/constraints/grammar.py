@@ -203,11 +203,46 @@ def checked_parameters(tool: dict[str, Any],
 
 def any_key(local: Any, strict: bool) -> bool:
     """Whether a call's key/value markup may hold parameters of any name and any value
-    (written as text): an object open to any key; under ``strict`` not one whose other
-    keys have a schema or a pattern (``KEY_PATTERN``): those get none (a subset)."""
-    if not isinstance(local, dict) or local.get("additionalProperties") is False:
+    (written as text): an object open to any key; not one whose keys follow a pattern
+    (``KEY_PATTERN``), and under ``strict`` not one whose other keys have a schema: those
+    get none (a subset)."""
+    if not isinstance(local, dict) or local.get("additionalProperties") is False or \
+            KEY_PATTERN in local:
         return False
-    return not strict or ("additionalProperties" not in local and KEY_PATTERN not in local)
+    return not strict or "additionalProperties" not in local
+
+
+_TEXT_KEYWORDS = {"pattern", "minLength", "maxLength", "format", CUSTOM_GRAMMAR, "title",
+                  "description"}
+
+
+def written_as_text(target: Any) -> bool:
+    """Whether call markup writes a parameter's value as bare text (which its parser reads
+    back as a string): listed values that are all strings, a string schema, or a schema
+    that says nothing a string cannot satisfy; anything else is written as JSON."""
+    if not isinstance(target, dict):
+        return False
+    values = target.get("enum", [target["const"]] if "const" in target else None)
+    if values is not None:
+        return isinstance(values, list) and all(isinstance(v, str) for v in values)
+    kind = target.get("type")
+    if kind == "string" or (isinstance(kind, list) and "string" in kind):
+        return not set(target) & {"anyOf", "oneOf", "allOf", "$ref"}
+    return kind is None and set(target) <= _TEXT_KEYWORDS
+
+
+def top_object(local: Any, schemas: SchemaSet, strict: bool, where: str) -> Any:
+    """A tool's parameters as the object whose parameters call markup writes: a bare
+    reference followed; under ``strict`` a union or listed values at the top are a
+    ``GrammarError`` (the markup writes one object's parameters, by name)."""
+    if isinstance(local, dict) and set(local) == {"$ref"}:
+        local = schemas.defs.get(str(local["$ref"]).rsplit("/", 1)[-1], local)
+    if strict and isinstance(local, dict) and \
+            set(local) & {"anyOf", "oneOf", "allOf", "$ref", "enum", "const"}:
+        raise GrammarError(f"cannot build a grammar for this JSON schema: {where}: call markup "
+                           "writes one object's parameters by name, which strict mode "
+                           "cannot hold for a union or listed values at the top")
+    return local
 
 
 def is_strict(tool: dict[str, Any]) -> bool:
@@ -324,7 +359,9 @@ def _xml_grammar(tools: list[dict[str, Any]], start: str, end: str, *,
     alternatives = []
     for i, (tool, params) in enumerate(zip(tools, tool_parameters(tools), strict=True)):
         fn = tool["function"]
-        local = _local(schemas, params, f"tools.{fn['name']}.parameters", is_strict(tool))
+        where = f"tools.{fn['name']}.parameters"
+        local = top_object(_local(schemas, params, where, is_strict(tool)), schemas,
+                           is_strict(tool), where)
         required = set(local.get("required", [])) if isinstance(local, dict) else set()
         parts = []
         props = local.get("properties") if isinstance(local, dict) else None
@@ -332,9 +369,8 @@ def _xml_grammar(tools: list[dict[str, Any]], start: str, end: str, *,
             target = spec
             if "$ref" in spec:
                 target = schemas.defs.get(spec["$ref"].rsplit("/", 1)[-1], {})
-            kind = target.get("type")
             value = _xml_string(conv, target, f"fn{i}-p{j}-value") \
-                if kind in (None, "string") or isinstance(kind, list) else \
+                if written_as_text(target) else \
                 _visit(conv, schemas.root(spec), f"fn{i}-p{j}-value")
             rule = conv._add_rule(f"fn{i}-p{j}", f'{_gbnf_literal(f"<parameter={key}>" + chr(10))} '
                                   f'{value} {_gbnf_literal(chr(10) + "</parameter>" + chr(10))}')

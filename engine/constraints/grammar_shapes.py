@@ -26,6 +26,8 @@ from engine.constraints.grammar import (
     any_key,
     is_strict,
     tool_parameters,
+    top_object,
+    written_as_text,
 )
 from engine.constraints.json_schema import SchemaSet
 
@@ -58,6 +60,15 @@ class Shape(Protocol):
 
 
 _JSON_TYPE = {"integer": "number"}  # a schema type as the JSON type of its values
+
+
+def _listed_type(target: dict[str, Any]) -> str:
+    """The JSON type of a typeless schema's listed values, when they share one."""
+    values = target.get("enum", [target["const"]] if "const" in target else [])
+    kinds = {"null" if v is None else "boolean" if isinstance(v, bool) else "number"
+             if isinstance(v, (int, float)) else "string" if isinstance(v, str) else "array"
+             if isinstance(v, list) else "object" for v in values}
+    return kinds.pop() if len(kinds) == 1 else "string"
 
 
 def shaped_call_grammar(tools: list[dict[str, Any]], shape: Shape, *, parallel: bool,
@@ -101,8 +112,10 @@ def _shaped(tools: list[dict[str, Any]], shape: Shape, *, parallel: bool, lazy: 
     alternatives = []
     for i, (tool, params) in enumerate(zip(tools, tool_parameters(tools), strict=True)):
         name = tool["function"]["name"]
-        local = _local(schemas, params, f"tools.{name}.parameters", is_strict(tool))
+        where = f"tools.{name}.parameters"
+        local = _local(schemas, params, where, is_strict(tool))
         if shape.pairs:
+            local = top_object(local, schemas, is_strict(tool), where)
             args = _key_values(conv, schemas, shape, local, i, is_strict(tool))
         else:
             args = _visit(conv, schemas.root(local), f"fn{i}-args")
@@ -143,11 +156,11 @@ def _key_values(conv: Any, schemas: SchemaSet, shape: Shape, local: Any, i: int,
         if "$ref" in spec:
             target = schemas.defs.get(spec["$ref"].rsplit("/", 1)[-1], {})
         kind = target.get("type")
-        bare = (kind in (None, "string") or isinstance(kind, list)) and not shape.json_values
+        bare = written_as_text(target) and not shape.json_values
         value = _xml_string(conv, target, f"fn{i}-p{j}-value", shape.close_value(key)) \
             if bare else \
             _visit(conv, schemas.root(spec), f"fn{i}-p{j}-value")
-        json_type = _JSON_TYPE.get(kind, kind) if isinstance(kind, str) else "string"
+        json_type = _JSON_TYPE.get(kind, kind) if isinstance(kind, str) else _listed_type(target)
         close = shape.key_close if bare else shape.typed_key_close(json_type)
         key_text = _gbnf_literal(shape.key_open + key + close)
         rule = conv._add_rule(f"fn{i}-p{j}",

@@ -44,18 +44,26 @@ recorded in ``SchemaSet.relaxed``, and the grammar accepts a superset of the sch
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from engine.constraints.lark_rules import CUSTOM_GRAMMAR
 from engine.constraints.pattern_lengths import within_lengths
 from engine.constraints.schema_keywords import KeywordRules
-from engine.constraints.schema_merge import CHECKED_FORMATS, FORMATS, UNSAT, disjoint, merge
-from engine.constraints.schema_oneof import exclusive
+from engine.constraints.schema_merge import (
+    CHECKED_FORMATS,
+    FORMATS,
+    UNSAT,
+    Reading,
+    merge,
+)
+from engine.constraints.schema_oneof import all_disjoint, exclusive
 from engine.constraints.schema_patterns import (
     REPEAT_LIMIT,
     PatternError,
     json_string_pattern,
+    python_regex,
     relax_pattern,
 )
 from engine.constraints.schema_terms import (
@@ -76,7 +84,7 @@ from engine.constraints.schema_terms import (
     SchemaError,
     Unsatisfiable,
 )
-from engine.constraints.schema_values import ValueCheck, listed
+from engine.constraints.schema_values import ValueCheck, listed_schema
 
 __all__ = ["ENUM_LIMIT", "MAX_SCHEMA_NODES", "REPEAT_LIMIT", "SchemaError", "SchemaSet",
            "Unsatisfiable", "relax_pattern"]
@@ -122,6 +130,7 @@ class _Localizer(KeywordRules):
         self.keys: dict[str, str] = {}  # original ref -> key in defs
         self.nodes = 0
         self.check = ValueCheck(root)
+        self.reading = Reading.of(root, self.target)  # as the validator reads the root's draft
 
     def loose(self, where: str, what: str) -> None:
         """A keyword the grammar will not enforce: refused under strict, else recorded."""
@@ -193,7 +202,7 @@ class _Localizer(KeywordRules):
                 self.loose(f"{where}.{next(iter(beside))}", "a keyword beside '$ref'")
                 return {"$ref": f"#/$defs/{self.ref_key(node['$ref'], where)}"}
             node = merged
-        values = self._listed(node, where)
+        values = listed_schema(node, self.check, self.target, where)
         if values is not None:
             return values
         node = self._combined(node, where)
@@ -234,13 +243,10 @@ class _Localizer(KeywordRules):
                         out[key] = False
                 else:
                     out[key] = self.walk(value, f"{where}.{key}")
-            elif key == KEY_PATTERN:  # (schema_keywords._map_keys: checked as a pattern)
-                keys: dict[str, Any] = {}
-                self._pattern(keys, value, f"{where}.patternProperties")
-                if "pattern" in keys:
-                    out[key] = keys["pattern"]
-                else:  # (not strict: relaxed) keys of any name
-                    self.loose(f"{where}.patternProperties", "'patternProperties'")
+            elif key == KEY_PATTERN:  # (schema_keywords._map_keys: each checked as a pattern)
+                keys = [self._key_pattern(p, f"{where}.patternProperties") for p in value]
+                if all(keys):  # their union; else (not strict: relaxed) keys of any name
+                    out[key] = "^(" + "|".join(f"({k[1:-1]})" for k in keys) + ")$"
             elif key == "pattern":
                 if not isinstance(value, str):
                     raise SchemaError(f"{where}.pattern must be a string")
@@ -329,9 +335,7 @@ class _Localizer(KeywordRules):
         beside = {k: v for k, v in node.items() if k != union and k in KEYWORDS}
         if union == "oneOf" and "anyOf" in node:
             self.loose(f"{where}.oneOf", "'oneOf' beside 'anyOf'")
-        overlap = union == "oneOf" and not all(disjoint(x, y, self.target)
-                                               for i, x in enumerate(branches)
-                                               for y in branches[i + 1:])
+        overlap = union == "oneOf" and not all_disjoint(branches, self.reading)
         if not beside and not overlap:
             return node
         spread = [merge(beside, b, self.target) for b in branches] if beside else branches
@@ -348,43 +352,36 @@ class _Localizer(KeywordRules):
         kept = [x for _, x in pairs]
         if overlap:
             # (a branch no value beside the oneOf can match is none a written value matches)
-            apart = exclusive(kept, [b for b, _ in pairs], self.target, self.strict)
+            apart = exclusive(kept, [b for b, _ in pairs], self.reading, self.strict)
             if all(x is None for x in apart) or (None in apart and not self.strict):
                 self.loose(f"{where}.oneOf", "branches a value could match more than once")
                 return node if not beside else {**rest, union: kept}
             kept = [x for x in apart if x is not None]  # strict: a branch left out, a subset
         return {**rest, union: kept}
 
+    def _key_pattern(self, pattern: str, where: str) -> str:
+        """A map's key pattern made JSON-safe and anchored ("": relaxed, or refused)."""
+        keys: dict[str, Any] = {}
+        self._pattern(keys, pattern, where)
+        anchored = str(keys.get("pattern", ""))
+        return anchored if anchored.startswith("^") and anchored.endswith("$") else ""
+
     def _pattern(self, out: dict[str, Any], pattern: str, where: str) -> None:
         try:
+            python_regex(pattern)  # (what the validator cannot read, it cannot check)
             anchored = json_string_pattern(pattern)
-        except PatternError as exc:
+        except (re.error, PatternError) as exc:
             self.loose(where, f"pattern {pattern!r}: {exc}")
             return
         out["pattern"], relaxed = relax_pattern(anchored)
         for r in relaxed:
             self.loose(where, r)
 
-    def _listed(self, node: dict[str, Any], where: str) -> dict[str, Any] | None:
-        """A schema that lists its values (``schema_values.listed``) as the values the whole
-        schema allows, every keyword checked by the validator (``not``, ``if``, an
-        ``allOf`` that cannot be merged ...); None where it lists none, or more than
-        ``ENUM_LIMIT``, or the validator cannot read it."""
-        values = listed(node, self.target)
-        if values is None or len(values) > ENUM_LIMIT:
-            return None
-        verdicts = [self.check.valid(v, node) for v in values]
-        if any(v is None for v in verdicts):
-            return None
-        kept = [v for v, ok in zip(values, verdicts, strict=True) if ok]
-        if not kept:
-            raise Unsatisfiable(f"{where}: no listed value matches the schema")
-        return {"enum": kept} if len(kept) > 1 else {"const": kept[0]}
-
     def _values(self, node: dict[str, Any], out: dict[str, Any], where: str
                 ) -> dict[str, Any]:
-        """``enum`` / ``const`` beside keywords ``_listed`` could not check them against
-        (the converter writes the values alone): not exact."""
+        """``enum`` / ``const`` beside keywords they could not be checked against
+        (``schema_values.listed_schema``; the converter writes the values alone): not
+        exact."""
         if ("enum" in out or "const" in out) and any(
                 k in KEYWORDS and k not in ("enum", "const") for k in node):
             self.loose(f"{where}.enum", "listed values beside keywords they cannot be "

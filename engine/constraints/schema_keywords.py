@@ -11,6 +11,7 @@ from typing import Any
 
 import jsonschema
 
+from engine.constraints.schema_merge import value_key
 from engine.constraints.schema_numbers import decimal, int_bounds, number_bounds
 from engine.constraints.schema_terms import (
     ANY_TYPES,
@@ -42,6 +43,11 @@ class KeywordRules:
         required: list[Any] = node["required"] if isinstance(node.get("required"), list) \
             else []
         missing = [n for n in required if isinstance(n, str) and n not in props]
+        if missing and raw_props is None and node.get("additionalProperties") is False and \
+                "patternProperties" not in node and node.get("type") in (None, "object"):
+            # (the grammar writes such a node as an object: one with no key)
+            raise Unsatisfiable(f"{where}.required: {missing[0]!r} is required but not "
+                                "allowed (additionalProperties is false)")
         if isinstance(raw_props, dict) and missing:  # the converter writes only declared
             # properties (`"properties": {}` too: it wrote `{}` for a required name)
             extra = node.get("additionalProperties")
@@ -124,14 +130,14 @@ class KeywordRules:
     def _map_keys(node: dict[str, Any]) -> dict[str, Any]:
         """A map: no declared property, ``additionalProperties: false``, its keys the
         ``patternProperties`` (all of one schema): any number of keys matching the patterns
-        (``KEY_PATTERN``, made JSON-safe and checked as a ``pattern`` is), each value under
-        that schema."""
+        (``KEY_PATTERN``: each pattern made JSON-safe and checked as a ``pattern`` is, then
+        their union), each value under that schema."""
         patterns = node.get("patternProperties")
         if not isinstance(patterns, dict) or not patterns or node.get("required") or \
                 set(node) & {"propertyNames", "minProperties", "maxProperties"}:
             return node
         schemas = list(patterns.values())
-        if any(s != schemas[0] for s in schemas[1:]) or \
+        if any(value_key(s) != value_key(schemas[0]) for s in schemas[1:]) or \
                 not all(isinstance(p, str) and p for p in patterns):
             return node  # a key two patterns match needs both schemas
         if schemas[0] is False:  # no key may match: no key at all
@@ -139,8 +145,8 @@ class KeywordRules:
         node = {k: v for k, v in node.items() if k != "patternProperties"}
         if schemas[0] is True:
             schemas[0] = {}  # (walked as any value; `true` would be dropped as "any key")
-        # the patterns' union: each one alternatives at the top level of the whole
-        return {**node, "additionalProperties": schemas[0], KEY_PATTERN: "|".join(patterns)}
+        # the patterns, each checked alone (json_schema.walk) before their union is made
+        return {**node, "additionalProperties": schemas[0], KEY_PATTERN: list(patterns)}
 
     def _names(self, node: dict[str, Any], props: dict[str, Any], where: str
                ) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 UNSAT: dict[str, Any] = {"$unsatisfiable": True}  # marker: no value matches
@@ -104,12 +105,9 @@ def _whole(value: Any) -> Any:
     return value
 
 
-_key = value_key
-
-
 def merge(a: Any, b: Any, resolve: Callable[[str], Any]) -> dict[str, Any] | None:
     """Both ``a`` and ``b`` as one schema; ``resolve`` gives a local ``$ref``'s target."""
-    a, b = _deref(a, resolve), _deref(b, resolve)
+    a, b = deref(a, resolve), deref(b, resolve)
     if a is None or b is None:
         return None
     if a is UNSAT or b is UNSAT or a is False or b is False:
@@ -126,7 +124,7 @@ def merge(a: Any, b: Any, resolve: Callable[[str], Any]) -> dict[str, Any] | Non
     _closed_properties(out, b)
     _closed_properties(b, a)
     for key, value in b.items():
-        if key not in out or out[key] == value:
+        if key not in out or value_key(out[key]) == value_key(value):
             out[key] = value
             continue
         have = out[key]
@@ -152,8 +150,8 @@ def merge(a: Any, b: Any, resolve: Callable[[str], Any]) -> dict[str, Any] | Non
         elif key == "additionalProperties" and False in (have, value):
             out[key] = False
         elif key == "enum" and isinstance(have, list) and isinstance(value, list):
-            keep = {_key(v) for v in value}
-            out[key] = [v for v in have if _key(v) in keep]
+            keep = {value_key(v) for v in value}
+            out[key] = [v for v in have if value_key(v) in keep]
             if not out[key]:
                 return UNSAT
         else:  # two different patterns, unions, consts ...: not written as one
@@ -187,43 +185,92 @@ def _closed_properties(target: dict[str, Any], other: Any) -> None:
                                 for n, s in props.items()}
 
 
-def _deref(schema: Any, resolve: Callable[[str], Any]) -> Any:
-    for _ in range(8):  # a chain of references, followed a few links
+def deref(schema: Any, resolve: Callable[[str], Any]) -> Any:
+    """``schema`` with a bare reference (nothing but ``$ref`` and annotations beside it)
+    followed, a few links; None past them."""
+    for _ in range(8):
         if isinstance(schema, dict) and set(schema) - {"$ref", "title", "description"} == set() \
-                and "$ref" in schema:
+                and isinstance(schema.get("$ref"), str):
             schema = resolve(schema["$ref"])
         else:
             return schema
     return None
 
 
-def disjoint(a: Any, b: Any, resolve: Callable[[str], Any]) -> bool:
-    """Whether no value can match both ``a`` and ``b`` (raw schemas): their types cannot
-    meet, their values are listed and differ, or a property both require has listed values
-    that differ."""
-    a, b = _deref(a, resolve), _deref(b, resolve)
+@dataclass(frozen=True)
+class Reading:
+    """How the validator reads the schemas of one root: through ``resolve`` (a local
+    ``$ref``'s target), and as the root's draft has it. Up to draft 7 a ``$ref`` stands
+    alone (keywords beside it are ignored) and draft 4 has no ``const``: a proof that no
+    value matches two schemas must read them as the validator does, or it proves nothing."""
+
+    resolve: Callable[[str], Any]
+    refs_alone: bool = False
+    const: bool = True
+
+    @classmethod
+    def of(cls, root: Any, resolve: Callable[[str], Any]) -> Reading:
+        draft = root.get("$schema", "") if isinstance(root, dict) else ""
+        draft = draft if isinstance(draft, str) else ""
+        return cls(resolve, refs_alone=any(f"draft-0{n}" in draft for n in (3, 4, 6, 7)),
+                   const=not any(f"draft-0{n}" in draft for n in (3, 4)))
+
+    def node(self, schema: Any) -> Any:
+        """``schema`` as the validator reads it: references followed (a few links), a
+        reference's siblings and ``const`` dropped where the draft ignores them."""
+        for _ in range(8):
+            if isinstance(schema, dict) and isinstance(schema.get("$ref"), str) and (
+                    self.refs_alone or set(schema) <= {"$ref", "title", "description"}):
+                schema = self.resolve(schema["$ref"])
+                continue
+            if isinstance(schema, dict) and not self.const and "const" in schema:
+                schema = {k: v for k, v in schema.items() if k != "const"}
+            return schema
+        return None
+
+
+def disjoint(a: Any, b: Any, reading: Reading | Callable[[str], Any]) -> bool:
+    """Whether no value can match both ``a`` and ``b`` (raw schemas, read as ``reading``
+    says; a bare resolver reads them as draft 2020-12 does): their types cannot meet, their
+    values are listed and differ, or a property one requires has, in the other, a schema
+    no value of its own can match."""
+    read = reading if isinstance(reading, Reading) else Reading(reading)
+    return _disjoint(a, b, read, 4)
+
+
+def _disjoint(a: Any, b: Any, read: Reading, depth: int) -> bool:
+    a, b = read.node(a), read.node(b)
     if not isinstance(a, dict) or not isinstance(b, dict):
         return a is False or b is False
     ta, tb = _types(a), _types(b)
     if ta is not None and tb is not None and not _intersect_types(sorted(ta), sorted(tb)):
         return True
-    va, vb = _values(a), _values(b)
+    va, vb = listed_keys(a, read), listed_keys(b, read)
     if va is not None and vb is not None and not va & vb:
         return True
-    pa, pb = a.get("properties") or {}, b.get("properties") or {}
-    both = set(a.get("required") or []) & set(b.get("required") or [])
-    for name in both & set(pa) & set(pb):
-        x, y = _deref(pa[name], resolve), _deref(pb[name], resolve)
-        vx = _values(x) if isinstance(x, dict) else None
-        vy = _values(y) if isinstance(y, dict) else None
-        if vx is not None and vy is not None and not vx & vy:
-            return True
-    return False
+    pa, pb = a.get("properties"), b.get("properties")
+    if depth <= 0 or not isinstance(pa, dict) or not isinstance(pb, dict) or \
+            {"object"} not in (ta, tb):  # (properties say nothing of a string)
+        return False
+    needed = {n for n in [*(a.get("required") or []), *(b.get("required") or [])]
+              if isinstance(n, str)}
+    return any(_disjoint(pa[n], pb[n], read, depth - 1) for n in needed & set(pa) & set(pb))
 
 
-def _values(schema: dict[str, Any]) -> set[str] | None:
-    if "const" in schema:
-        return {_key(schema["const"])}
-    if isinstance(schema.get("enum"), list):
-        return {_key(v) for v in schema["enum"]}
-    return None
+def listed_keys(schema: Any, read: Reading) -> set[str] | None:
+    """The values ``schema`` lists (``value_key`` texts), its ``allOf`` parts' in common;
+    None when it lists none."""
+    node = read.node(schema)
+    if not isinstance(node, dict):
+        return None
+    found: set[str] | None = None
+    if "const" in node:
+        found = {value_key(node["const"])}
+    elif isinstance(node.get("enum"), list):
+        found = {value_key(v) for v in node["enum"]}
+    parts = node.get("allOf")
+    for part in parts if isinstance(parts, list) else []:
+        more = listed_keys(part, read)
+        if more is not None:
+            found = more if found is None else found & more
+    return found

@@ -27,12 +27,10 @@ the caller refuses, relaxes, or writes the rest. Pure Python.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
-from engine.constraints.schema_merge import disjoint, value_key
+from engine.constraints.schema_merge import Reading, deref, disjoint, listed_keys
 
-Resolve = Callable[[str], Any]
 MAX_BRANCHES = 64  # the branches are compared pairwise
 # keywords that decide a value's validity beyond its declared properties and required names
 _UNREAD = {"anyOf", "oneOf", "allOf", "$ref", "enum", "const", "not", "if", "then", "else",
@@ -40,7 +38,23 @@ _UNREAD = {"anyOf", "oneOf", "allOf", "$ref", "enum", "const", "not", "if", "the
            "dependencies", "minProperties", "maxProperties", "unevaluatedProperties"}
 
 
-def exclusive(gens: list[Any], raws: list[Any], resolve: Resolve, strict: bool
+def all_disjoint(branches: list[Any], read: Reading) -> bool:
+    """Whether no value can match two of ``branches`` (``disjoint``, pairwise); past
+    ``MAX_BRANCHES``, only where each lists its values and no value twice (a ``oneOf`` of
+    a thousand ``const`` s: pairwise proofs would take seconds)."""
+    if len(branches) <= MAX_BRANCHES:
+        return all(disjoint(x, y, read) for i, x in enumerate(branches)
+                   for y in branches[i + 1:])
+    seen: set[str] = set()
+    for branch in branches:
+        keys = listed_keys(branch, read)
+        if keys is None or keys & seen:
+            return False
+        seen |= keys
+    return True
+
+
+def exclusive(gens: list[Any], raws: list[Any], read: Reading, strict: bool
               ) -> list[Any | None]:
     """Each branch as the grammar should write it (``gens[i]``: the branch with the
     keywords beside the ``oneOf`` merged in), narrowed so that nothing it writes is valid
@@ -53,60 +67,61 @@ def exclusive(gens: list[Any], raws: list[Any], resolve: Resolve, strict: bool
         others = [r for j, r in enumerate(raws) if j != i]
         narrowed = False
         for other in others:
-            if gen is not None and not excluded(gen, other, resolve, strict):
-                gen, narrowed = _narrowed(gen, other, resolve, strict), True
+            if gen is not None and not excluded(gen, other, read, strict):
+                gen, narrowed = _narrowed(gen, other, read, strict), True
         # narrowing only takes values away: what was kept apart stays apart (checked)
         if gen is not None and narrowed and \
-                not all(excluded(gen, o, resolve, strict) for o in others):
+                not all(excluded(gen, o, read, strict) for o in others):
             gen = None
         out.append(gen)
     return out
 
 
-def excluded(gen: Any, other: Any, resolve: Resolve, strict: bool) -> bool:
+def excluded(gen: Any, other: Any, read: Reading, strict: bool) -> bool:
     """Whether nothing the grammar writes for ``gen`` is valid under ``other``."""
-    if disjoint(gen, other, resolve):
+    if disjoint(gen, other, read):
         return True
-    parts, raw = _object(gen, resolve, strict), _deref(other, resolve)
+    parts, raw = _object(gen, read, strict), read.node(other)
     if parts is None or not isinstance(raw, dict):
         return False
     props, required, closed = parts
-    if closed and _required(raw, resolve) - (set(props) | required):
+    if closed and _required(raw, read) - (set(props) | required):
         return True  # other needs a name this object never writes
     allowed = _allowed(raw)
     if allowed is not None and required - allowed:
         return True  # this object always writes a name other does not allow
     found = raw.get("properties")
     theirs: dict[str, Any] = found if isinstance(found, dict) else {}
-    return any(name in theirs and _apart(props.get(name), theirs[name], resolve)
+    return any(name in theirs and _apart(props.get(name), theirs[name], read)
                for name in required)
 
 
-def _narrowed(gen: Any, other: Any, resolve: Resolve, strict: bool) -> Any | None:
+def _narrowed(gen: Any, other: Any, read: Reading, strict: bool) -> Any | None:
     """``gen`` narrowed so that nothing it writes is valid under ``other``; None if no
     narrowing here does it."""
-    parts, raw = _object(gen, resolve, strict), _deref(other, resolve)
+    parts, raw = _object(gen, read, strict), read.node(other)
     if parts is None or not isinstance(raw, dict) or not parts[2]:
         return None
     props, required, _ = parts
-    node = dict(_deref(gen, resolve))
-    missing = _required(raw, resolve) - required
+    node = dict(deref(gen, read.resolve))
+    missing = _required(raw, read) - required
     if missing:  # leave out a name other requires: nothing written here has them all
         node["properties"] = {n: s for n, s in props.items() if n not in missing}
         return node
     allowed = _allowed(raw)
-    extra = [n for n in props if allowed is not None and n not in allowed]
+    extra = [n for n, schema in props.items() if allowed is not None and n not in allowed
+             and schema is not False]
     if extra:  # always write a name other does not allow
         node["required"] = [*(node.get("required") or []), extra[0]]
         return node
     return None
 
 
-def _object(schema: Any, resolve: Resolve, strict: bool
+def _object(schema: Any, read: Reading, strict: bool
             ) -> tuple[dict[str, Any], set[str], bool] | None:
     """(properties, required names, closed) of a schema the converter writes as an object
     of its declared properties only; None for any other."""
-    node = _deref(schema, resolve)
+    node = deref(schema, read.resolve)  # (as the grammar writes it: siblings of a $ref apply)
     if not isinstance(node, dict) or set(node) & _UNREAD:
         return None
     kind = node.get("type")
@@ -127,11 +142,11 @@ def _object(schema: Any, resolve: Resolve, strict: bool
     return props, set(required), closed
 
 
-def _required(raw: dict[str, Any], resolve: Resolve) -> set[str]:
+def _required(raw: dict[str, Any], read: Reading) -> set[str]:
     """Names every value valid under ``raw`` holds (when it is an object)."""
     names = {n for n in raw.get("required") or [] if isinstance(n, str)}
     for part in raw.get("allOf") or []:
-        part = _deref(part, resolve)
+        part = read.node(part)
         if isinstance(part, dict):
             names |= {n for n in part.get("required") or [] if isinstance(n, str)}
     return names
@@ -145,39 +160,6 @@ def _allowed(raw: dict[str, Any]) -> set[str] | None:
     return set(props) if isinstance(props, dict) else set()
 
 
-def _apart(mine: Any, theirs: Any, resolve: Resolve) -> bool:
-    """Whether no value matches both property schemas (``allOf`` read as all its parts)."""
-    if mine is None:
-        return False
-    if disjoint(mine, theirs, resolve):
-        return True
-    a, b = _values(mine, resolve), _values(theirs, resolve)
-    return a is not None and b is not None and not a & b
-
-
-def _values(schema: Any, resolve: Resolve) -> set[str] | None:
-    """The values a schema lists, an ``allOf``'s parts' in common; None: not listed."""
-    node = _deref(schema, resolve)
-    if not isinstance(node, dict):
-        return None
-    if "const" in node:
-        found: set[str] | None = {value_key(node["const"])}
-    elif isinstance(node.get("enum"), list):
-        found = {value_key(v) for v in node["enum"]}
-    else:
-        found = None
-    for part in node.get("allOf") or []:
-        listed = _values(part, resolve)
-        if listed is not None:
-            found = listed if found is None else found & listed
-    return found
-
-
-def _deref(schema: Any, resolve: Resolve) -> Any:
-    for _ in range(8):  # a chain of references, followed a few links
-        if isinstance(schema, dict) and set(schema) <= {"$ref", "title", "description"} \
-                and isinstance(schema.get("$ref"), str):
-            schema = resolve(schema["$ref"])
-        else:
-            return schema
-    return None
+def _apart(mine: Any, theirs: Any, read: Reading) -> bool:
+    """Whether no value matches both property schemas."""
+    return mine is not None and disjoint(mine, theirs, read)

@@ -16,6 +16,7 @@ sides; ``.`` is read as any character a JSON string may hold unescaped.
 
 from __future__ import annotations
 
+import contextlib
 import re
 
 # llama.cpp sees a count n as n nested rules: past this it is not enforced (relaxed)
@@ -33,6 +34,14 @@ _CONVERTER_ESCAPES = set("[]()|{}*+?")  # escapes the converter itself reads as 
 
 class PatternError(ValueError):
     """A pattern the grammar cannot enforce inside a JSON string; says what."""
+
+
+def python_regex(pattern: str) -> None:
+    """``re.error`` for a pattern that is no regular expression to Python's ``re`` (the
+    validator's: what it cannot read, it cannot check); a count too large for ``re`` is
+    left to the count limit (``relax_pattern``)."""
+    with contextlib.suppress(OverflowError, RecursionError):
+        re.compile(pattern)
 
 
 def json_string_pattern(pattern: str) -> str:

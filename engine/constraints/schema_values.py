@@ -21,6 +21,9 @@ from urllib.parse import quote
 
 import jsonschema
 
+from engine.constraints.schema_merge import deref
+from engine.constraints.schema_terms import ENUM_LIMIT, Unsatisfiable
+
 try:
     from rfc3986_validator import validate_rfc3986
 except ImportError:  # (a dependency; without it jsonschema checks no URI either)
@@ -64,7 +67,7 @@ def _format_checker(base: Any) -> Any:
     checker.checkers = dict(base.FORMAT_CHECKER.checkers)
     if validate_rfc3986 is not None:
         for name, rule in (("iri", "URI"), ("iri-reference", "URI_reference")):
-            checker.checkers.setdefault(name, (_iri(rule), ()))
+            checker.checkers[name] = (_iri(rule), ())  # (whatever jsonschema found)
     return checker
 
 
@@ -78,43 +81,113 @@ def validator_class(schema: Any) -> Any:
     return _DECIMAL[base]
 
 
-def listed(node: dict[str, Any], resolve: Callable[[str], Any]) -> list[Any] | None:
+def listed(node: dict[str, Any], resolve: Callable[[str], Any]
+           ) -> tuple[list[Any], dict[str, Any]] | None:
     """The values ``node`` lists, itself or in one of its ``allOf`` parts (a part may be a
-    local ``$ref``); None when it lists none (an empty ``enum`` is the walker's error)."""
-    if "const" in node:
-        return [node["const"]]
-    if isinstance(node.get("enum"), list) and node["enum"]:
-        return list(node["enum"])
+    bare local ``$ref``), and the node without that list (what else a value must meet:
+    checking a value against its own list would cost the list's length each); None when it
+    lists none (an empty ``enum`` is the walker's error)."""
     parts = node.get("allOf")
-    for part in parts if isinstance(parts, list) else []:
-        for _ in range(8):  # a chain of references, followed a few links
-            if isinstance(part, dict) and isinstance(part.get("$ref"), str):
-                part = resolve(part["$ref"])
-        if isinstance(part, dict) and ("const" in part or (
+    for i, part in enumerate([node, *(parts if isinstance(parts, list) else [])]):
+        part = deref(part, resolve)
+        if not isinstance(part, dict) or not ("const" in part or (
                 isinstance(part.get("enum"), list) and part["enum"])):
-            return [part["const"]] if "const" in part else list(part["enum"])
+            continue
+        values = [part["const"]] if "const" in part else list(part["enum"])
+        rest = {k: v for k, v in part.items() if k not in ("enum", "const")}
+        if i == 0:
+            return values, rest
+        return values, {**node, "allOf": [rest if j == i - 1 else p
+                                          for j, p in enumerate(node["allOf"])]}
     return None
 
 
+# keywords whose value is a schema, a list of schemas, or a map of names to schemas
+_ONE = ("items", "additionalProperties", "not", "if", "then", "else", "contains",
+        "propertyNames", "additionalItems", "unevaluatedProperties", "unevaluatedItems")
+_MANY = ("allOf", "anyOf", "oneOf", "prefixItems")
+_MAP = ("properties", "dependentSchemas", "dependencies")
+MAX_CHECKED_NODES = 2_000  # subschemas a value check may visit, references followed
+
+
+def checkable(node: Any, resolve: Callable[[str], Any]) -> bool:
+    """Whether the validator's work on ``node`` is bounded: at most ``MAX_CHECKED_NODES``
+    subschemas with references followed (``anyOf`` of two references, twelve deep, is
+    4,096), and no ``pattern`` (a request's own regex, run by Python's ``re``, which holds
+    the GIL while it backtracks: ``^(a+)+$`` on 40 characters takes hours)."""
+    todo, seen = [node], 0
+    while todo:
+        item = todo.pop()
+        seen += 1
+        if seen > MAX_CHECKED_NODES:
+            return False
+        if not isinstance(item, dict):
+            continue
+        if "pattern" in item or "patternProperties" in item:
+            return False
+        if isinstance(item.get("$ref"), str):
+            todo.append(resolve(item["$ref"]))
+        for key in _ONE:
+            todo.append(item.get(key))
+        for key in _MANY:
+            value = item.get(key)
+            todo.extend(value if isinstance(value, list) else [value])
+        for key in _MAP:
+            value = item.get(key)
+            todo.extend(value.values() if isinstance(value, dict) else [])
+    return True
+
+
 class ValueCheck:
-    """``valid(value, subschema)`` for subschemas of one root schema."""
+    """Listed values checked against subschemas of one root schema."""
 
     def __init__(self, root: Any) -> None:
         self.root = root
         self._validator: Any = None
-        self._broken = False
 
-    def valid(self, value: Any, subschema: Any) -> bool | None:
-        """Whether ``value`` is valid under ``subschema`` (a part of the root); None when
-        the validator cannot read the schema (a remote reference, a keyword of the wrong
-        shape)."""
-        if self._broken:
-            return None
+    def checker(self, subschema: Any) -> Callable[[Any], bool] | None:
+        """``is_valid`` for ``subschema`` (a part of the root, its references resolved
+        over the root); None when the validator cannot read the schema (a remote
+        reference, a keyword of the wrong shape)."""
         try:
             if self._validator is None:
                 cls = validator_class(self.root)
                 self._validator = cls(self.root, format_checker=cls.FORMAT_CHECKER)
-            return bool(self._validator.evolve(schema=subschema).is_valid(value))
-        except Exception:  # jsonschema's errors, a recursion, a pattern re cannot compile
-            self._broken = True
+            is_valid = self._validator.evolve(schema=subschema).is_valid
+        except Exception:  # jsonschema's errors
             return None
+
+        def valid(value: Any) -> bool:
+            return bool(is_valid(value))
+        return valid
+
+    def kept(self, values: list[Any], subschema: Any) -> list[Any] | None:
+        """The ``values`` valid under ``subschema``; None when they cannot be checked."""
+        valid = self.checker(subschema)
+        if valid is None:
+            return None
+        try:
+            return [v for v in values if valid(v)]
+        except Exception:  # a reference or a pattern the validator cannot follow
+            return None
+
+
+def listed_schema(node: dict[str, Any], check: ValueCheck, resolve: Callable[[str], Any],
+                  where: str) -> dict[str, Any] | None:
+    """A schema that lists its values (``listed``) as the values the whole of it allows,
+    every keyword checked by the validator (``not``, ``if``, an ``allOf`` that cannot be
+    merged ...), its ``type`` kept for the call markup that reads it; None where it lists
+    none, more than ``ENUM_LIMIT``, or where the check is not bounded (``checkable``) or
+    cannot be made."""
+    found = listed(node, resolve)
+    if found is None or len(found[0]) > ENUM_LIMIT or not checkable(node, resolve):
+        return None
+    kept = check.kept(*found)
+    if kept is None:
+        return None
+    if not kept:
+        raise Unsatisfiable(f"{where}: no listed value matches the schema")
+    out: dict[str, Any] = {"enum": kept} if len(kept) > 1 else {"const": kept[0]}
+    if isinstance(node.get("type"), (str, list)):
+        out["type"] = node["type"]
+    return out
