@@ -33,6 +33,8 @@ BESIDE: list[dict[str, Any]] = [
     {"oneOf": [{"type": "number"}, {"type": "integer"}]},
     {"patternProperties": {"^a$": {"type": "string"}}}, {"propertyNames": {"maxLength": 0}},
     {"allOf": [{"not": {"type": "null"}}, {"not": {"const": "bb"}}]},
+    # a list of types: the converter writes it before the values (a MaskBench breach)
+    {"type": ["string", "null"]}, {"type": ["integer", "string", "array"]},
 ]
 
 

@@ -176,7 +176,7 @@ def listed_schema(node: dict[str, Any], check: ValueCheck, resolve: Callable[[st
                   where: str) -> dict[str, Any] | None:
     """A schema that lists its values (``listed``) as the values the whole of it allows,
     every keyword checked by the validator (``not``, ``if``, an ``allOf`` that cannot be
-    merged ...), its ``type`` kept for the call markup that reads it; None where it lists
+    merged ...), one ``type`` kept for the call markup that reads it; None where it lists
     none, more than ``ENUM_LIMIT``, or where the check is not bounded (``checkable``) or
     cannot be made."""
     found = listed(node, resolve)
@@ -188,6 +188,6 @@ def listed_schema(node: dict[str, Any], check: ValueCheck, resolve: Callable[[st
     if not kept:
         raise Unsatisfiable(f"{where}: no listed value matches the schema")
     out: dict[str, Any] = {"enum": kept} if len(kept) > 1 else {"const": kept[0]}
-    if isinstance(node.get("type"), (str, list)):
-        out["type"] = node["type"]
+    if isinstance(node.get("type"), str):  # (a list of types the converter would write
+        out["type"] = node["type"]         # before the values, ignoring them)
     return out
