@@ -14,6 +14,7 @@ Python (``jsonschema``).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from decimal import Decimal
 from typing import Any
@@ -110,11 +111,33 @@ _MAP = ("properties", "dependentSchemas", "dependencies")
 MAX_CHECKED_NODES = 2_000  # subschemas a value check may visit, references followed
 
 
+MAX_CHECKED_TEXT = 10_000  # characters of the listed values a regex may run over
+
+
+def _linear(pattern: Any) -> bool:
+    """A regex Python's ``re`` matches without backtracking blow-up: at most one
+    quantifier, none on a group (``^(a+)+$`` on 40 characters takes hours)."""
+    if not isinstance(pattern, str):
+        return False
+    quantifiers = re.findall(r"(?<!\\)(?:[*+?]|\{\d)", pattern)
+    return len(quantifiers) <= 1 and not re.search(r"\)(?:[*+?]|\{\d)", pattern)
+
+
+def _text_size(value: Any) -> int:
+    if isinstance(value, str):
+        return len(value)
+    if isinstance(value, list):
+        return sum(_text_size(v) for v in value)
+    if isinstance(value, dict):
+        return sum(len(k) + _text_size(v) for k, v in value.items())
+    return 0
+
+
 def checkable(node: Any, resolve: Callable[[str], Any]) -> bool:
     """Whether the validator's work on ``node`` is bounded: at most ``MAX_CHECKED_NODES``
     subschemas with references followed (``anyOf`` of two references, twelve deep, is
-    4,096), and no ``pattern`` (a request's own regex, run by Python's ``re``, which holds
-    the GIL while it backtracks: ``^(a+)+$`` on 40 characters takes hours)."""
+    4,096), and every ``pattern`` (a request's own regex, run by Python's ``re``, which holds
+    the GIL while it backtracks) one that cannot blow up (``_linear``)."""
     todo, seen = [node], 0
     while todo:
         item = todo.pop()
@@ -123,7 +146,10 @@ def checkable(node: Any, resolve: Callable[[str], Any]) -> bool:
             return False
         if not isinstance(item, dict):
             continue
-        if "pattern" in item or "patternProperties" in item:
+        patterns = item.get("patternProperties")
+        if ("pattern" in item and not _linear(item["pattern"])) or (
+                "patternProperties" in item and not (isinstance(patterns, dict) and all(
+                    _linear(p) for p in patterns))):
             return False
         if isinstance(item.get("$ref"), str):
             todo.append(resolve(item["$ref"]))
@@ -180,7 +206,8 @@ def listed_schema(node: dict[str, Any], check: ValueCheck, resolve: Callable[[st
     none, more than ``ENUM_LIMIT``, or where the check is not bounded (``checkable``) or
     cannot be made."""
     found = listed(node, resolve)
-    if found is None or len(found[0]) > ENUM_LIMIT or not checkable(node, resolve):
+    if found is None or len(found[0]) > ENUM_LIMIT or not checkable(node, resolve) or \
+            _text_size(found[0]) > MAX_CHECKED_TEXT:
         return None
     kept = check.kept(*found)
     if kept is None:
