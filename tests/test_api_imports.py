@@ -17,7 +17,9 @@ imports included) may import from ``engine`` only these modules:
   bindings' pure-Python schema converter only); ``engine.constraints.grammar_gemma4`` and
   ``engine.constraints.grammar_shapes``, the same for Gemma 4's call markup and for the
   other families' (parsers/families.py); ``engine.constraints.lark_rules``, the reader
-  of a custom tool's grammar (its 400s, and the schema key that carries it); pure Python.
+  of a custom tool's grammar (its 400s, and the schema key that carries it);
+  ``engine.constraints.schema_values``, the validator the grammar's schemas are read with,
+  which the answer check (``api/chat/answer_check.py``) checks answers with; pure Python.
 
 Anything else (``engine.core``, ``engine.runner``, ``engine.media.projector`` ...) holds
 llama.cpp state or the engine thread's internals; reaching it from ``api/`` would tie the
@@ -34,7 +36,7 @@ from conftest import ROOT
 ALLOWED = frozenset({"engine.handle", "engine.config", "engine.request", "engine.media.spans",
                      "engine.constraints.grammar", "engine.constraints.grammar_gemma4",
                      "engine.constraints.grammar_shapes", "engine.constraints.lark_rules",
-                     "engine.sampling.reasoning"})
+                     "engine.sampling.reasoning", "engine.constraints.schema_values"})
 
 
 def engine_imports(path: Path) -> list[tuple[int, str]]:
