@@ -177,3 +177,18 @@ def test_call_markup_writes_listed_non_strings_as_json(checker: TextChecker) -> 
     assert checker.accepts(g, call("2", "true", "null"))
     assert not checker.accepts(g, "<tool_call>\n<function=f>\n<parameter=x>\nabc\n"
                                   "</parameter>\n</function>\n</tool_call>")
+
+
+def test_call_markup_records_what_it_widens_and_refuses_it_under_strict() -> None:
+    """Not strict, a map tool's parameters stay any (key/value markup writes no pattern for
+    a key), recorded as relaxed; strict, parameters that are no object are a 400."""
+    m = {"type": "object", "additionalProperties": False,
+         "patternProperties": {"^[a-z]+$": {"type": "integer"}}}
+    loose = xml_tool_call_grammar([_tool(m, strict=False)], "<tool_call>", "</tool_call>",
+                                  parallel=False, lazy=False)
+    assert "xml-any-parameter*" in loose.text and loose.relaxed
+    for params in ({"type": "string"}, {"$defs": {"S": {"type": "string"}},
+                                        "$ref": "#/$defs/S"}):
+        with pytest.raises(GrammarError, match="strict"):
+            xml_tool_call_grammar([_tool(params)], "<tool_call>", "</tool_call>",
+                                  parallel=False, lazy=False)

@@ -8,6 +8,7 @@ with the other names beside, closed branches of different properties."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -170,3 +171,28 @@ def test_branches_are_read_as_the_schemas_draft_reads_them(
     except GrammarError:
         return  # refused: fine
     assert not checker.accepts(grammar.text, both)
+
+
+def test_proofs_over_shared_references_stay_bounded() -> None:
+    """The second review's hangs: properties that all refer back to their object (the proof
+    branched over every required one, four deep) and ``allOf`` s of two references, thirty
+    deep: each proof reads at most ``schema_merge.PROOF_STEPS`` schemas."""
+    k = 20
+    a = {"type": "object", "properties": {f"p{i}": {"$ref": "#/$defs/A"} for i in range(k)},
+         "required": [f"p{i}" for i in range(k)]}
+    deep = {f"D{i}": {"allOf": [{"$ref": f"#/$defs/D{i + 1}"}] * 2} for i in range(30)}
+    for schema in ({"$defs": {"A": a}, "oneOf": [{"$ref": "#/$defs/A"}] * 3},
+                   {"$defs": {**deep, "D30": {"const": 1}},
+                    "oneOf": [{"$ref": "#/$defs/D0"}, {"type": "integer"}]}):
+        started = time.monotonic()
+        with pytest.raises(GrammarError):
+            json_grammar(schema, strict=True)
+        assert time.monotonic() - started < 3
+
+
+def test_draft_3_is_refused_under_strict() -> None:
+    schema = {"$schema": "http://json-schema.org/draft-03/schema#", "type": "integer",
+              "divisibleBy": 3}
+    with pytest.raises(GrammarError, match="draft 3"):
+        json_grammar(schema, strict=True)
+    assert json_grammar(schema).relaxed

@@ -6,6 +6,7 @@ value exactly when the validator calls it valid."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Iterator
@@ -137,3 +138,43 @@ def test_a_long_enum_is_checked_once_per_value() -> None:
     started = time.monotonic()
     json_grammar({"type": "object", "properties": props}, strict=True)
     assert time.monotonic() - started < 5
+
+
+@pytest.mark.parametrize("schema", [
+    {"enum": ["\\" * 60 + "!"], "pattern": "^\\\\*\\\\*\\\\*\\\\*\\\\*\\\\*x"},
+    {"enum": ["a" * 40 + "!"], "pattern": "^(a|a){,40}$"},
+    {"$schema": "http://json-schema.org/draft-07/schema#", "type": "array",
+     "items": [{"type": "string", "pattern": "^(a+)+$"}], "enum": [["a" * 40 + "!"]]},
+    {"type": "object", "patternProperties": {"^x": {"type": "string", "pattern": "^(a+)+$"}},
+     "enum": [{"x": "a" * 40 + "!"}]},
+    {"type": "array", "uniqueItems": True, "enum": [[{"": i} for i in range(3000)], []]},
+    {"enum": [{"z": 1}], **{"anyOf": [{"required": ["z"]}], "unevaluatedProperties": False}},
+])
+def test_the_validator_is_never_run_unbounded(schema: dict[str, Any]) -> None:
+    """The second review's hangs: a quantifier after an escape, a bounded repeat of an
+    alternation, a regex in a tuple's items or a map's values, pairwise uniqueness of
+    thousands of values, evaluated properties: each is left to the keyword rules (relaxed,
+    or refused under strict) in well under a second."""
+    started = time.monotonic()
+    with contextlib.suppress(GrammarError):
+        json_grammar(schema, strict=True)
+    json_grammar(schema)
+    assert time.monotonic() - started < 3
+
+
+@pytest.mark.model
+def test_values_are_checked_against_everything_but_their_own_list(checker: TextChecker) -> None:
+    """``const`` beside ``enum``: both hold (the first mend dropped both); a subschema's
+    own ``$schema`` does not swap the root's validator for jsonschema's (which divides
+    floats for ``multipleOf``)."""
+    schema: dict[str, Any] = {"const": "a", "enum": ["b", "c"]}
+    with pytest.raises(GrammarError, match="no listed value"):
+        json_grammar(schema, strict=True)
+    schema = {"const": "b", "enum": ["b", "c"]}
+    g = json_grammar(schema, strict=True).text
+    assert checker.accepts(g, '"b"') and not checker.accepts(g, '"c"')
+    schema = {"$schema": "http://json-schema.org/draft-07/schema#", "multipleOf": 0.3,
+              "enum": [100000000000000001, 0.6]}
+    g = json_grammar(schema, strict=True).text
+    assert checker.accepts(g, "0.6") and not checker.accepts(g, "100000000000000001")
+    assert schema_errors(100000000000000001, schema) is not None

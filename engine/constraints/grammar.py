@@ -203,13 +203,11 @@ def checked_parameters(tool: dict[str, Any],
 
 def any_key(local: Any, strict: bool) -> bool:
     """Whether a call's key/value markup may hold parameters of any name and any value
-    (written as text): an object open to any key; not one whose keys follow a pattern
-    (``KEY_PATTERN``), and under ``strict`` not one whose other keys have a schema: those
-    get none (a subset)."""
-    if not isinstance(local, dict) or local.get("additionalProperties") is False or \
-            KEY_PATTERN in local:
+    (written as text): an object open to any key; under ``strict`` not one whose other keys
+    have a schema or a pattern (``KEY_PATTERN``): those get none (a subset)."""
+    if not isinstance(local, dict) or local.get("additionalProperties") is False:
         return False
-    return not strict or "additionalProperties" not in local
+    return not strict or ("additionalProperties" not in local and KEY_PATTERN not in local)
 
 
 _TEXT_KEYWORDS = {"pattern", "minLength", "maxLength", "format", CUSTOM_GRAMMAR, "title",
@@ -233,15 +231,21 @@ def written_as_text(target: Any) -> bool:
 
 def top_object(local: Any, schemas: SchemaSet, strict: bool, where: str) -> Any:
     """A tool's parameters as the object whose parameters call markup writes: a bare
-    reference followed; under ``strict`` a union or listed values at the top are a
-    ``GrammarError`` (the markup writes one object's parameters, by name)."""
+    reference followed. What the markup cannot write by name (a union or listed values at
+    the top, another type, keys of a pattern or a schema) is, under ``strict``, a
+    ``GrammarError``; otherwise written as any parameters, and recorded."""
     if isinstance(local, dict) and set(local) == {"$ref"}:
         local = schemas.defs.get(str(local["$ref"]).rsplit("/", 1)[-1], local)
-    if strict and isinstance(local, dict) and \
-            set(local) & {"anyOf", "oneOf", "allOf", "$ref", "enum", "const"}:
+    plain = isinstance(local, dict) and local.get("type", "object") == "object" and \
+        not set(local) & {"anyOf", "oneOf", "allOf", "$ref", "enum", "const"}
+    if strict and not plain:
         raise GrammarError(f"cannot build a grammar for this JSON schema: {where}: call markup "
                            "writes one object's parameters by name, which strict mode "
-                           "cannot hold for a union or listed values at the top")
+                           "cannot hold for a union, listed values or another type at the top")
+    if not plain or (not strict and isinstance(local, dict) and not local.get("properties")
+                     and (KEY_PATTERN in local or isinstance(
+                         local.get("additionalProperties"), dict))):
+        schemas.relaxed.append(f"{where}: parameters of any name and value (call markup)")
     return local
 
 

@@ -108,8 +108,11 @@ class SchemaSet:
         not enforce exactly is a SchemaError instead of a relaxation."""
         scope = f"s{self._count}"
         self._count += 1
+        walker = _Localizer(schema, scope, self, where, strict)
+        if isinstance(schema, dict) and "draft-03" in str(schema.get("$schema", "")):
+            walker.loose(f"{where}.$schema", "draft 3 (its divisibleBy, disallow, extends)")
         try:
-            return _Localizer(schema, scope, self, where, strict).walk(schema, where)
+            return walker.walk(schema, where)
         except RecursionError:
             raise SchemaError(f"{where}: the schema is nested too deeply") from None
 

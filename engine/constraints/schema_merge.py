@@ -229,23 +229,30 @@ class Reading:
         return None
 
 
+PROOF_STEPS = 256  # schemas one disjointness proof may read: past them, "not disjoint"
+
+
 def disjoint(a: Any, b: Any, reading: Reading | Callable[[str], Any]) -> bool:
     """Whether no value can match both ``a`` and ``b`` (raw schemas, read as ``reading``
     says; a bare resolver reads them as draft 2020-12 does): their types cannot meet, their
     values are listed and differ, or a property one requires has, in the other, a schema
-    no value of its own can match."""
+    no value of its own can match. A proof reads at most ``PROOF_STEPS`` schemas (shared
+    references can make the tree of properties and ``allOf`` parts exponential)."""
     read = reading if isinstance(reading, Reading) else Reading(reading)
-    return _disjoint(a, b, read, 4)
+    return _disjoint(a, b, read, 4, [PROOF_STEPS])
 
 
-def _disjoint(a: Any, b: Any, read: Reading, depth: int) -> bool:
+def _disjoint(a: Any, b: Any, read: Reading, depth: int, steps: list[int]) -> bool:
+    steps[0] -= 1
+    if steps[0] < 0:
+        return False
     a, b = read.node(a), read.node(b)
     if not isinstance(a, dict) or not isinstance(b, dict):
         return a is False or b is False
     ta, tb = _types(a), _types(b)
     if ta is not None and tb is not None and not _intersect_types(sorted(ta), sorted(tb)):
         return True
-    va, vb = listed_keys(a, read), listed_keys(b, read)
+    va, vb = listed_keys(a, read, steps), listed_keys(b, read, steps)
     if va is not None and vb is not None and not va & vb:
         return True
     pa, pb = a.get("properties"), b.get("properties")
@@ -254,14 +261,18 @@ def _disjoint(a: Any, b: Any, read: Reading, depth: int) -> bool:
         return False
     needed = {n for n in [*(a.get("required") or []), *(b.get("required") or [])]
               if isinstance(n, str)}
-    return any(_disjoint(pa[n], pb[n], read, depth - 1) for n in needed & set(pa) & set(pb))
+    return any(_disjoint(pa[n], pb[n], read, depth - 1, steps)
+               for n in needed & set(pa) & set(pb))
 
 
-def listed_keys(schema: Any, read: Reading) -> set[str] | None:
-    """The values ``schema`` lists (``value_key`` texts), its ``allOf`` parts' in common;
-    None when it lists none."""
+def listed_keys(schema: Any, read: Reading, steps: list[int] | None = None,
+                depth: int = 4) -> set[str] | None:
+    """The values ``schema`` lists (``value_key`` texts), its ``allOf`` parts' (``depth``
+    levels of them, within ``steps``) in common; None when it lists none."""
+    steps = [PROOF_STEPS] if steps is None else steps
+    steps[0] -= 1
     node = read.node(schema)
-    if not isinstance(node, dict):
+    if not isinstance(node, dict) or steps[0] < 0:
         return None
     found: set[str] | None = None
     if "const" in node:
@@ -269,8 +280,8 @@ def listed_keys(schema: Any, read: Reading) -> set[str] | None:
     elif isinstance(node.get("enum"), list):
         found = {value_key(v) for v in node["enum"]}
     parts = node.get("allOf")
-    for part in parts if isinstance(parts, list) else []:
-        more = listed_keys(part, read)
+    for part in parts if isinstance(parts, list) and depth > 0 else []:
+        more = listed_keys(part, read, steps, depth - 1)
         if more is not None:
             found = more if found is None else found & more
     return found

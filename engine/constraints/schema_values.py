@@ -14,7 +14,7 @@ Python (``jsonschema``).
 
 from __future__ import annotations
 
-import re
+import importlib
 from collections.abc import Callable, Iterator
 from decimal import Decimal
 from typing import Any
@@ -23,12 +23,25 @@ from urllib.parse import quote
 import jsonschema
 
 from engine.constraints.schema_merge import deref
-from engine.constraints.schema_terms import ENUM_LIMIT, Unsatisfiable
+from engine.constraints.schema_terms import ANNOTATIONS, ENUM_LIMIT, Unsatisfiable
 
 try:
     from rfc3986_validator import validate_rfc3986
 except ImportError:  # (a dependency; without it jsonschema checks no URI either)
     validate_rfc3986 = None
+
+try:  # Python's own regex parser: what a pattern repeats, and inside what
+    re_parser: Any = importlib.import_module("re._parser")
+    re_constants: Any = importlib.import_module("re._constants")
+except ImportError:  # Python 3.10
+    re_parser = importlib.import_module("sre_parse")
+    re_constants = importlib.import_module("sre_constants")
+_REPEATS = {getattr(re_constants, n) for n in ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT")
+            if hasattr(re_constants, n)}
+_ONE_CHAR = {re_constants.LITERAL, re_constants.NOT_LITERAL, re_constants.IN, re_constants.ANY}
+_BACKTRACKING = {getattr(re_constants, n) for n in (
+    "BRANCH", "GROUPREF", "GROUPREF_EXISTS", "ASSERT", "ASSERT_NOT", "ATOMIC_GROUP")
+    if hasattr(re_constants, n)}
 
 _FLOAT_MULTIPLE_OF = jsonschema.Draft202012Validator.VALIDATORS["multipleOf"]
 _DECIMAL: dict[Any, Any] = {}  # each draft's validator with _multiple_of
@@ -94,8 +107,9 @@ def listed(node: dict[str, Any], resolve: Callable[[str], Any]
         if not isinstance(part, dict) or not ("const" in part or (
                 isinstance(part.get("enum"), list) and part["enum"])):
             continue
-        values = [part["const"]] if "const" in part else list(part["enum"])
-        rest = {k: v for k, v in part.items() if k not in ("enum", "const")}
+        used = "const" if "const" in part else "enum"
+        values = [part["const"]] if used == "const" else list(part["enum"])
+        rest = {k: v for k, v in part.items() if k != used}
         if i == 0:
             return values, rest
         return values, {**node, "allOf": [rest if j == i - 1 else p
@@ -105,39 +119,61 @@ def listed(node: dict[str, Any], resolve: Callable[[str], Any]
 
 # keywords whose value is a schema, a list of schemas, or a map of names to schemas
 _ONE = ("items", "additionalProperties", "not", "if", "then", "else", "contains",
-        "propertyNames", "additionalItems", "unevaluatedProperties", "unevaluatedItems")
-_MANY = ("allOf", "anyOf", "oneOf", "prefixItems")
-_MAP = ("properties", "dependentSchemas", "dependencies")
+        "propertyNames", "additionalItems")
+_MANY = ("allOf", "anyOf", "oneOf", "prefixItems", "items")
+_MAP = ("properties", "dependentSchemas", "dependencies", "patternProperties")
+# what the check does not follow, or runs in more than linear time (evaluated properties
+# across every branch, exponential in their nesting)
+_UNBOUNDED = ("$dynamicRef", "$recursiveRef", "unevaluatedProperties", "unevaluatedItems")
 MAX_CHECKED_NODES = 2_000  # subschemas a value check may visit, references followed
-
-
-MAX_CHECKED_TEXT = 10_000  # characters of the listed values a regex may run over
+# JSON nodes and characters of the listed values: a linear regex searched over a string of n
+# characters still tries n starts (n squared steps), and uniqueItems compares items in pairs
+MAX_CHECKED_SIZE = 2_000
 
 
 def _linear(pattern: Any) -> bool:
-    """A regex Python's ``re`` matches without backtracking blow-up: at most one
-    quantifier, none on a group (``^(a+)+$`` on 40 characters takes hours)."""
+    """A regex Python's ``re`` runs in about linear time per start: at most one repeat in
+    all (``?``, ``*``, ``+``, ``{m,n}``), of a single character or class, and no
+    alternation (``^(a+)+$`` on 40 characters takes hours; ``(a|a){,40}`` as long)."""
     if not isinstance(pattern, str):
         return False
-    quantifiers = re.findall(r"(?<!\\)(?:[*+?]|\{\d)", pattern)
-    return len(quantifiers) <= 1 and not re.search(r"\)(?:[*+?]|\{\d)", pattern)
+    try:
+        parsed = re_parser.parse(pattern)
+    except Exception:  # (re.error, a count past re's limit, a recursion)
+        return False
+    repeats = 0
+    todo = list(parsed)
+    while todo:
+        op, arg = todo.pop()
+        if op in _REPEATS:
+            repeats += 1
+            body = list(arg[2])
+            if len(body) != 1 or body[0][0] not in _ONE_CHAR:
+                return False
+        elif op in _BACKTRACKING:
+            return False
+        elif op == re_constants.SUBPATTERN:
+            todo.extend(arg[-1])
+    return repeats <= 1
 
 
-def _text_size(value: Any) -> int:
+def _size(value: Any) -> int:
+    """JSON nodes and characters of ``value``."""
     if isinstance(value, str):
-        return len(value)
+        return 1 + len(value)
     if isinstance(value, list):
-        return sum(_text_size(v) for v in value)
+        return 1 + sum(_size(v) for v in value)
     if isinstance(value, dict):
-        return sum(len(k) + _text_size(v) for k, v in value.items())
-    return 0
+        return 1 + sum(1 + len(k) + _size(v) for k, v in value.items())
+    return 1
 
 
 def checkable(node: Any, resolve: Callable[[str], Any]) -> bool:
     """Whether the validator's work on ``node`` is bounded: at most ``MAX_CHECKED_NODES``
     subschemas with references followed (``anyOf`` of two references, twelve deep, is
-    4,096), and every ``pattern`` (a request's own regex, run by Python's ``re``, which holds
-    the GIL while it backtracks) one that cannot blow up (``_linear``)."""
+    4,096), nothing it would follow unseen or evaluate across branches (``_UNBOUNDED``),
+    and every regex (a request's own, run by Python's ``re``, which holds the GIL while it
+    backtracks) one of ``_linear``'s."""
     todo, seen = [node], 0
     while todo:
         item = todo.pop()
@@ -146,10 +182,9 @@ def checkable(node: Any, resolve: Callable[[str], Any]) -> bool:
             return False
         if not isinstance(item, dict):
             continue
-        patterns = item.get("patternProperties")
-        if ("pattern" in item and not _linear(item["pattern"])) or (
-                "patternProperties" in item and not (isinstance(patterns, dict) and all(
-                    _linear(p) for p in patterns))):
+        patterns = item.get("patternProperties", {})
+        if set(item) & set(_UNBOUNDED) or ("pattern" in item and not _linear(item["pattern"])) \
+                or not isinstance(patterns, dict) or not all(_linear(p) for p in patterns):
             return False
         if isinstance(item.get("$ref"), str):
             todo.append(resolve(item["$ref"]))
@@ -157,7 +192,7 @@ def checkable(node: Any, resolve: Callable[[str], Any]) -> bool:
             todo.append(item.get(key))
         for key in _MANY:
             value = item.get(key)
-            todo.extend(value if isinstance(value, list) else [value])
+            todo.extend(value if isinstance(value, list) else [])
         for key in _MAP:
             value = item.get(key)
             todo.extend(value.values() if isinstance(value, dict) else [])
@@ -179,6 +214,10 @@ class ValueCheck:
             if self._validator is None:
                 cls = validator_class(self.root)
                 self._validator = cls(self.root, format_checker=cls.FORMAT_CHECKER)
+            if isinstance(subschema, dict) and "$schema" in subschema:
+                # (a $schema makes evolve switch to jsonschema's own class of that draft,
+                # which divides floats for multipleOf; the root's draft reads the rest)
+                subschema = {k: v for k, v in subschema.items() if k != "$schema"}
             is_valid = self._validator.evolve(schema=subschema).is_valid
         except Exception:  # jsonschema's errors
             return None
@@ -186,6 +225,18 @@ class ValueCheck:
         def valid(value: Any) -> bool:
             return bool(is_valid(value))
         return valid
+
+    def typed(self, values: list[Any], kind: Any) -> list[Any] | None:
+        """The ``values`` of type ``kind`` (a type or a list of them; None: any), as the
+        root's draft reads types (1.0 is an integer from draft 6 on)."""
+        kinds = [kind] if isinstance(kind, str) else kind if isinstance(kind, list) else None
+        if kinds is None:
+            return list(values) if kind is None else None
+        try:
+            types = validator_class(self.root).TYPE_CHECKER
+            return [v for v in values if any(types.is_type(v, k) for k in kinds)]
+        except Exception:  # an unknown type name
+            return None
 
     def kept(self, values: list[Any], subschema: Any) -> list[Any] | None:
         """The ``values`` valid under ``subschema``; None when they cannot be checked."""
@@ -206,10 +257,15 @@ def listed_schema(node: dict[str, Any], check: ValueCheck, resolve: Callable[[st
     none, more than ``ENUM_LIMIT``, or where the check is not bounded (``checkable``) or
     cannot be made."""
     found = listed(node, resolve)
-    if found is None or len(found[0]) > ENUM_LIMIT or not checkable(node, resolve) or \
-            _text_size(found[0]) > MAX_CHECKED_TEXT:
+    if found is None or len(found[0]) > ENUM_LIMIT:
         return None
-    kept = check.kept(*found)
+    values, rest = found
+    if set(rest) <= {"type"} | ANNOTATIONS:  # the type alone: jsonschema's own type check
+        kept = check.typed(values, rest.get("type"))
+    elif checkable(rest, resolve) and _size(values) <= MAX_CHECKED_SIZE:
+        kept = check.kept(values, rest)
+    else:
+        return None
     if kept is None:
         return None
     if not kept:
