@@ -178,3 +178,20 @@ def test_values_are_checked_against_everything_but_their_own_list(checker: TextC
     g = json_grammar(schema, strict=True).text
     assert checker.accepts(g, "0.6") and not checker.accepts(g, "100000000000000001")
     assert schema_errors(100000000000000001, schema) is not None
+
+
+def test_a_subschema_of_another_draft_is_refused_under_strict() -> None:
+    """jsonschema reads a subschema that names its own ``$schema`` in that draft (a draft-4
+    subtree calls 1.0 no integer; a draft-3 one reads ``disallow``); this project reads
+    every subschema as the root: such a subtree is refused under strict, recorded without
+    it, and one that names the root's own draft is served."""
+    d4, d7 = "http://json-schema.org/draft-04/schema#", "http://json-schema.org/draft-07/schema#"
+    for schema in ({"properties": {"a": {"$schema": d4, "type": "integer", "enum": [1.0, 2]}}},
+                   {"properties": {"a": {"$schema": d4.replace("04", "03"),
+                                         "disallow": "string"}}}):
+        with pytest.raises(GrammarError, match="draft other than the root"):
+            json_grammar(schema, strict=True)
+        assert json_grammar(schema).relaxed
+    assert not json_grammar({"$schema": d7, "properties": {"a": {"$schema": d7,
+                                                                "type": "integer"}}},
+                            strict=True).relaxed

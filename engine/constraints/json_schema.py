@@ -84,7 +84,7 @@ from engine.constraints.schema_terms import (
     SchemaError,
     Unsatisfiable,
 )
-from engine.constraints.schema_values import ValueCheck, listed_schema
+from engine.constraints.schema_values import ValueCheck, listed_schema, same_draft
 
 __all__ = ["ENUM_LIMIT", "MAX_SCHEMA_NODES", "REPEAT_LIMIT", "SchemaError", "SchemaSet",
            "Unsatisfiable", "relax_pattern"]
@@ -184,14 +184,15 @@ class _Localizer(KeywordRules):
     def walk(self, node: Any, where: str) -> Any:
         self.nodes += 1
         if self.nodes > MAX_SCHEMA_NODES:
-            raise SchemaError(f"{where}: the schema has more than {MAX_SCHEMA_NODES} "
-                              "subschemas")
+            raise SchemaError(f"{where}: the schema has more than {MAX_SCHEMA_NODES} subschemas")
         if node is True or node == {}:
             return {"type": list(ANY_TYPES)}
         if node is False or node is UNSAT:
             raise Unsatisfiable(f"{where}: the schema allows no value")
         if not isinstance(node, dict):
             raise SchemaError(f"{where}: a schema must be an object or a boolean")
+        if node is not self.root and not same_draft(self.root, node):  # read by its own
+            self.loose(f"{where}.$schema", "a draft other than the root's")
         if "$ref" in node:
             beside = {k: v for k, v in node.items() if k != "$ref" and k in KEYWORDS}
             if not beside:
