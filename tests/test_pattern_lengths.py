@@ -1,5 +1,7 @@
 """engine/constraints/pattern_lengths.py: a pattern's own lengths, and lengths beside a
-pattern written into it, checked against Python's ``re`` on strings drawn from the result."""
+pattern written into it (counts capped, minimums raised, a pattern that matches anywhere
+anchored when its match can only be the whole string), checked against Python's ``re`` on
+strings drawn from the result."""
 
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ def patterns(draw: st.DrawFn) -> str:
     body = "".join(a + c for a, c in parts)
     if draw(st.booleans()):  # a group of alternatives around it, counted
         body = f"({body}|{draw(st.sampled_from(ATOMS))}){draw(st.sampled_from(COUNTS))}"
-    return f"^{body}$"
+    return body if draw(st.integers(0, 4)) == 0 else f"^{body}$"  # (not anchored: anywhere)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
@@ -31,18 +33,21 @@ def patterns(draw: st.DrawFn) -> str:
 def test_every_string_the_written_pattern_allows_is_the_patterns_and_within_the_lengths(
         pattern: str, low: int, high: int | None, data: st.DataObject) -> None:
     fitted = within_lengths(pattern, low, high)
-    own = _span(pattern)
+    anchored = pattern.startswith("^")
+    own = _span(pattern if anchored else f"^(?:{pattern})$")
     assert own is not None
-    if own[0] >= low and (high is None or (own[1] is not None and own[1] <= high)):
+    if anchored and own[0] >= low and (high is None or (own[1] is not None and own[1] <= high)):
         assert fitted == pattern  # the lengths said nothing more
     if fitted is None:
-        assert own[0] < low or high is not None  # only a bound it cannot meet refuses
+        # only a bound it cannot meet refuses, or a pattern that matches anywhere
+        assert own[0] < low or high is not None or not anchored
         return
+    assert anchored or (high is not None and own[0] >= high)  # the match is the string
     if high is not None:  # Python's own reading of the result's longest match
         assert re._parser.parse(fitted.strip("^$")).getwidth()[1] <= high, fitted  # type: ignore[attr-defined]
     for _ in range(5):
         text = data.draw(st.from_regex(fitted, fullmatch=True))
-        assert re.fullmatch(pattern, text), (pattern, fitted, text)
+        assert (re.fullmatch if anchored else re.search)(pattern, text), (pattern, fitted, text)
         assert low <= len(text) and (high is None or len(text) <= high), (fitted, text)
 
 
@@ -60,5 +65,17 @@ def test_pydantic_s_url_keeps_a_useful_url_within_2083_characters() -> None:
 def test_a_pattern_that_matches_anywhere_or_is_too_short_is_left_as_it_was() -> None:
     assert within_lengths("[a-z]+", 0, 10) is None  # unanchored: its length is not its own
     assert within_lengths("^[a-z]{2}$", 3, None) is None  # never 3 characters
-    assert within_lengths("^[a-z]{2,}$", 3, 5) is None  # (capping does not raise a minimum)
+    assert within_lengths("^(ab)*$", 3, None) is None  # a group's count is not raised
+    assert within_lengths("^a*$|^b$", 2, None) is None  # nor one option's of several
     assert within_lengths("^x$", 0, 0) is None
+
+
+def test_what_maskbench_refused_is_written_into_the_pattern() -> None:
+    """Lengths beside patterns as real schemas write them (MaskBench's strict refusals)."""
+    assert within_lengths("^[0-9a-z-]*$", 4, 63) == "^[0-9a-z-]{4,63}$"  # (10 schemas)
+    assert within_lengths("^[a-z]{2,}$", 3, 5) == "^[a-z]{3,5}$"
+    assert within_lengths("^[a-z]+(?:-[a-z0-9]+)*$", 3, None) == "^[a-z]{3,}(?:-[a-z0-9]+)*$"
+    assert within_lengths("[0-9]{10,10}", 10, 10) == "^(?:[0-9]{10,10})$"
+    assert within_lengths("[a-zA-Z]{3}", 3, 3) == "^(?:[a-zA-Z]{3})$"
+    # a shortest match under maxLength: the match need not be the whole string
+    assert within_lengths("[0-9a-fA-F]+", 12, 12) is None

@@ -192,3 +192,69 @@ def test_call_markup_records_what_it_widens_and_refuses_it_under_strict() -> Non
         with pytest.raises(GrammarError, match="strict"):
             xml_tool_call_grammar([_tool(params)], "<tool_call>", "</tool_call>",
                                   parallel=False, lazy=False)
+
+
+# maps with a count of entries (schema_keywords._entries): the shapes MaskBench's strict
+# refusals hold (`{"type": "object", "minProperties": 1}`, a typed map with
+# `minProperties: 1`, a map of patterns with counts)
+MAP_SHAPES: list[dict[str, Any]] = [
+    {"type": "object"}, {"type": "object", "properties": {}},
+    {"type": "object", "additionalProperties": {"type": "integer", "minimum": 0, "maximum": 9}},
+    {"type": "object", "additionalProperties": False,
+     "patternProperties": {"^[a-z]{1,3}$": {"type": "string", "maxLength": 2}}},
+    {"patternProperties": {"^x": {"type": "boolean"}}},
+    {"type": "object", "additionalProperties": False}]
+
+
+@pytest.mark.model
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@given(shape=st.sampled_from(MAP_SHAPES), low=st.sampled_from([None, 0, 1, 2]),
+       high=st.sampled_from([None, 0, 1, 2, 3]), seed=st.integers(0, 1 << 20))
+def test_a_maps_count_of_entries_holds(walker: GrammarWalker, shape: dict[str, Any],
+                                       low: int | None, high: int | None, seed: int) -> None:
+    """Every walk validates; at least two keys (a key written twice is one) stay refused."""
+    schema = {**shape, **({} if low is None else {"minProperties": low}),
+              **({} if high is None else {"maxProperties": high})}
+    try:
+        grammar = json_grammar(schema, strict=True)
+    except GrammarError as exc:
+        assert (low or 0) >= 2 or ((low or 0) > (high if high is not None else 9)) or (
+            low and shape.get("additionalProperties") is False and
+            "patternProperties" not in shape), (schema, exc)
+        return
+    assert not grammar.relaxed
+    for i in range(4):
+        text = walker.walk(grammar.text, np.random.default_rng(seed + i))
+        if text is None or "\ufffd" in text:
+            continue  # (see test_a_maps_keys_match_its_patterns)
+        assert schema_errors(json.loads(text), schema) is None, (schema, text)
+
+
+@pytest.mark.model
+def test_a_maps_count_is_enforced_in_json_and_gemma_4(checker: TextChecker) -> None:
+    g = json_grammar({"type": "object", "additionalProperties": {"type": "integer"},
+                      "minProperties": 1, "maxProperties": 2}, strict=True).text
+    assert checker.accepts(g, '{"a": 1}') and checker.accepts(g, '{"a": 1, "b": 2}')
+    assert not checker.accepts(g, "{}") and not checker.accepts(g, '{"a": 1, "b": 2, "c": 3}')
+    g = json_grammar({"type": "object", "minProperties": 1}, strict=True).text
+    assert checker.accepts(g, '{"k": [1, {"x": null}]}') and not checker.accepts(g, "{}")
+    # the type says which keywords apply: none of an object's to a string
+    g = json_grammar({"type": "string", "minProperties": 1, "uniqueItems": True},
+                     strict=True).text
+    assert checker.accepts(g, '"abc"')
+    g = gemma4_call_grammar([_tool({"type": "object", "required": ["m"], "properties": {
+        "m": {"type": "object", "additionalProperties": {"type": "integer"},
+              "minProperties": 1, "maxProperties": 2}}})], "<|tool_call>", "<tool_call|>",
+        parallel=False, lazy=False).text
+    for args, ok in (("m:{a:1}", True), ("m:{a:1,b:2}", True), ("m:{}", False),
+                     ("m:{a:1,b:2,c:3}", False)):
+        assert checker.accepts(g, "<|tool_call>call:f{" + args + "}<tool_call|>") == ok, args
+    # call markup writes no key of a map at the top: one that needs a key is refused
+    with pytest.raises(GrammarError, match="strict"):
+        xml_tool_call_grammar([_tool({"type": "object", "minProperties": 1})], "<tool_call>",
+                              "</tool_call>", parallel=False, lazy=False)
+    with pytest.raises(GrammarError, match="Gemma 4"):
+        gemma4_call_grammar([_tool({"type": "object", "properties": {"p": {
+            "type": "object", "additionalProperties": False, "minProperties": 1,
+            "patternProperties": {"^a$": {"type": "integer"}}}}})], "<|tool_call>",
+            "<tool_call|>", parallel=False, lazy=False)

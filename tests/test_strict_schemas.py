@@ -161,6 +161,11 @@ def _containers(inner: Any) -> Any:
     bare_required = st.fixed_dictionaries({"type": st.just("object"),
                                            "required": st.lists(names, min_size=1, max_size=2,
                                                                 unique=True)})
+    # maps: no declared property, counts of entries (schema_keywords._entries)
+    maps = st.fixed_dictionaries({"type": st.just("object")}, optional={
+        "additionalProperties": st.one_of(st.booleans(), inner),
+        "patternProperties": st.dictionaries(st.sampled_from(["^x_", "b"]), inner, max_size=1),
+        "minProperties": st.integers(0, 2), "maxProperties": st.integers(0, 3)})
     arr = st.fixed_dictionaries({"type": st.just("array")}, optional={
         "items": inner, "minItems": st.integers(0, 3), "maxItems": st.integers(0, 4),
         "uniqueItems": st.booleans(), "prefixItems": st.lists(inner, min_size=1, max_size=2),
@@ -190,7 +195,7 @@ def _containers(inner: Any) -> Any:
                                                         ["number", "string"]])}, optional={
             "minimum": st.integers(0, 5), "maxLength": st.integers(1, 3),
             "multipleOf": st.sampled_from([1, 1.0, 0.5, 0.01, 3])}))
-    return st.one_of(obj, bare_required, arr, unions)
+    return st.one_of(obj, bare_required, maps, arr, unions)
 
 
 def schemas() -> Any:

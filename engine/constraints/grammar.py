@@ -34,7 +34,7 @@ from engine.constraints.schema_converter import _class_char as _class_char
 from engine.constraints.schema_converter import _converter as _converter
 from engine.constraints.schema_converter import counted
 from engine.constraints.schema_converter import custom_rule as custom_rule
-from engine.constraints.schema_terms import KEY_PATTERN
+from engine.constraints.schema_terms import ENTRY_COUNT, KEY_PATTERN
 
 _G: Any = llama_cpp.llama_grammar  # untyped Python module: used through Any
 
@@ -238,10 +238,11 @@ def top_object(local: Any, schemas: SchemaSet, strict: bool, where: str) -> Any:
         local = schemas.defs.get(str(local["$ref"]).rsplit("/", 1)[-1], local)
     plain = isinstance(local, dict) and local.get("type", "object") == "object" and \
         not set(local) & {"anyOf", "oneOf", "allOf", "$ref", "enum", "const"}
-    if strict and not plain:
+    if strict and (not plain or (local.get(ENTRY_COUNT) or [0])[0]):
         raise GrammarError(f"cannot build a grammar for this JSON schema: {where}: call markup "
                            "writes one object's parameters by name, which strict mode "
-                           "cannot hold for a union, listed values or another type at the top")
+                           "cannot hold for a union, listed values, another type or a "
+                           "map that needs a key at the top")
     if not plain or (not strict and isinstance(local, dict) and not local.get("properties")
                      and (KEY_PATTERN in local or isinstance(
                          local.get("additionalProperties"), dict))):

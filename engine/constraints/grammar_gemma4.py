@@ -38,15 +38,15 @@ from engine.constraints.grammar import (
 )
 from engine.constraints.json_schema import SchemaSet
 from engine.constraints.lark_rules import CUSTOM_GRAMMAR
-from engine.constraints.schema_converter import counted, ordered_members
-from engine.constraints.schema_terms import KEY_PATTERN
+from engine.constraints.schema_converter import counted, entries, ordered_members
+from engine.constraints.schema_terms import ENTRY_COUNT, KEY_PATTERN
 
 QUOTE = '<|"|>'
 _HANDLED = {"type", "properties", "required", "additionalProperties", "items", "minItems",
             "maxItems", "enum", "const", "anyOf", "oneOf", "minLength", "maxLength", "pattern",
             "format", "$ref", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
             "multipleOf", "uniqueItems", "minProperties", "maxProperties", "$defs", "$places",
-            CUSTOM_GRAMMAR, KEY_PATTERN}
+            CUSTOM_GRAMMAR, KEY_PATTERN, ENTRY_COUNT}
 _BASE = {
     "g4-char": '[^<] | "<" [^|]',  # a string cannot hold the start of a control token
     "g4-string": f'{_gbnf_literal(QUOTE)} g4-char* {_gbnf_literal(QUOTE)}',
@@ -148,11 +148,15 @@ class _Values:
     def _object(self, schema: dict[str, Any], name: str) -> str:
         props: dict[str, Any] = schema.get("properties") or {}
         extra = schema.get("additionalProperties", True)
+        low, high = schema.get(ENTRY_COUNT) or (0, None)
         if not props and (extra is False or KEY_PATTERN in schema):
-            return '"{" "}"'  # no key allowed; a map's keys are JSON strings: none (a subset)
+            if low:  # (a map's keys are JSON strings: Gemma 4 writes none)
+                raise GrammarError("cannot build a Gemma 4 call grammar for a map's keys")
+            return '"{" "}"'  # no key allowed, or a map's: none (a subset)
         if not props and isinstance(extra, dict):  # a map: keys of any name, values of its schema
-            value = self.rule(extra, f"{name}-value")
-            return self._add(name, f'"{{" (g4-key ":" {value} ("," g4-key ":" {value})*)? "}}"')
+            entry = self._add(f"{name}-entry", f'g4-key ":" {self.rule(extra, f"{name}-value")}')
+            more = self._add(f"{name}-more", f'"," {entry}')
+            return self._add(name, f'"{{" {entries(entry, more, low, high)} "}}"')
         if not props:
             return "g4-object"
         required = set(schema.get("required", []))

@@ -70,6 +70,7 @@ from engine.constraints.schema_terms import (
     ANNOTATIONS,
     ANY_TYPES,
     COUNTS,
+    ENTRY_COUNT,
     ENUM_LIMIT,
     KEY_PATTERN,
     KEYWORDS,
@@ -273,9 +274,8 @@ class _Localizer(KeywordRules):
                 if bad or not types:
                     raise SchemaError(f"{where}.type: unknown type {bad[0] if bad else value!r}")
                 out[key] = value
-            elif key == "format":
-                if isinstance(value, str):
-                    out[key] = value
+            elif key == "format" and isinstance(value, str):
+                out[key] = value
             elif key in COUNTS:
                 if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                     raise SchemaError(f"{where}.{key} must be a whole number >= 0")
@@ -289,7 +289,7 @@ class _Localizer(KeywordRules):
                                    isinstance(value, bool) or not math.isfinite(value)):
                     raise SchemaError(f"{where}.{key} must be a finite number")
                 out[key] = value
-            elif key == "const":
+            elif key in ("const", ENTRY_COUNT):  # (ENTRY_COUNT: schema_keywords._entries)
                 out[key] = value
             elif key in SPECIAL:  # not enforced (what is, _special rewrote)
                 self.loose(f"{where}.{key}", f"'{key}'")

@@ -5,13 +5,21 @@ The grammar converter reads a string's pattern or its lengths, not both. Pydanti
 them together for common fields (``HttpUrl``: ``format: uri``, ``minLength: 1``,
 ``maxLength: 2083``; ``constr(pattern=..., max_length=...)``), and strict refused such
 schemas. A pattern anchored at both ends has a shortest and a longest match
-(``lengths``); when those lie within the bounds, the lengths say nothing more. When only
-its longest is too long, each count of the pattern (``*``, ``+``, ``{n,}``, large ``{n,m}``)
-is capped at the largest k that brings its longest within ``maxLength`` (its unbounded counts
-first, all of them if that is not enough): every string the
-capped pattern allows has a length within the bounds (a subset of what the schema allows,
-as the other exact rewrites are). A pattern shorter than ``minLength`` allows, or one not
-anchored at both ends, is left to be relaxed or refused as before.
+(``lengths``); when those lie within the bounds, the lengths say nothing more. Otherwise
+the pattern is narrowed, and every string the narrowed pattern allows has a length within
+the bounds (a subset of what the schema allows, as the other exact rewrites are):
+
+- its shortest too short: the lowest counts of its top-level single characters raised,
+  first ones first (``raised``: ``^[a-z0-9-]*$`` with ``minLength: 4`` is
+  ``^[a-z0-9-]{4,}$``);
+- its longest too long: each count of the pattern (``*``, ``+``, ``{n,}``, large
+  ``{n,m}``) capped at the largest k that brings its longest within ``maxLength`` (its
+  unbounded counts first, all of them if that is not enough);
+- not anchored (a pattern matches anywhere in the string): only when its shortest match is
+  at least ``maxLength`` long, since such a match is then the whole string
+  (``[0-9]{10}`` with ``maxLength: 10`` is ``^(?:[0-9]{10})$``).
+
+Anything else is left to be relaxed or refused as before.
 """
 
 from __future__ import annotations
@@ -96,13 +104,87 @@ def _span(pattern: str) -> tuple[int, int | None] | None:
         return None
 
 
+def raised(pattern: str, need: int) -> str | None:
+    """``pattern`` with the lowest counts of its top-level single characters (a class, an
+    escape, a character: one character each) raised by ``need`` characters in all, first
+    ones first, each within its own highest; None when they cannot take ``need`` (or the
+    pattern has top-level alternatives, whose other options would keep their length)."""
+    out, at, depth, single = [], 0, 0, False
+    while at < len(pattern):
+        piece = _PIECE.match(pattern, at)
+        assert piece is not None  # (the last alternative takes any character)
+        text, at = piece[0], piece.end()
+        one = False  # this piece is one character at the top level
+        if text == "[":
+            try:
+                end = class_end(pattern, at - 1)
+            except PatternError:
+                return None
+            text, at, one = pattern[at - 1:end + 1], end + 1, depth == 0
+        elif text == "(":
+            depth += 1
+        elif text == ")":
+            depth -= 1
+        elif text == "|" and depth == 0:
+            return None
+        elif text in ("*", "+", "?") or piece["count"]:
+            if single and need > 0:
+                low, high = _count(text, piece)
+                add = need if high is None else min(need, high - low)
+                if add > 0:
+                    need -= add
+                    text = f"{{{low + add},{'' if high is None else high}}}"
+        elif text.startswith("\\"):
+            one = depth == 0 and text[1:] not in _NOT_ONE
+        elif text not in ("^", "$", "|"):
+            one = depth == 0
+        out.append(text)
+        single = one
+    return "".join(out) if need == 0 else None
+
+
+# escapes that are no single character: anchors and boundaries, back-references
+_NOT_ONE = {*"bBAZzG", *"0123456789"}
+
+
+def _count(text: str, piece: re.Match[str]) -> tuple[int, int | None]:
+    """The lowest and highest of a count (``*``, ``+``, ``?``, ``{n}``, ``{n,}``, ``{n,m}``)."""
+    if text in ("*", "+", "?"):
+        return (1 if text == "+" else 0), (1 if text == "?" else None)
+    low = int(piece["low"] or 0)
+    return low, (None if piece["comma"] and not piece["high"] else int(piece["high"] or low))
+
+
+def _whole(pattern: str, high: int | None) -> str | None:
+    """A pattern not anchored at both ends, anchored, when the string can only be one of its
+    matches: its shortest match at least ``high`` characters long (the string holds a match
+    and is no longer than it). None otherwise."""
+    if high is None:
+        return None
+    body = pattern[1:] if pattern.startswith("^") else pattern
+    if body.endswith("$") and not body.endswith("\\$"):
+        body = body[:-1]
+    whole = f"^(?:{body})$"
+    span = _span(whole)
+    return whole if span is not None and span[0] >= high else None
+
+
 def within_lengths(pattern: str, low: int, high: int | None) -> str | None:
     """``pattern`` such that every string it allows is ``low`` to ``high`` characters long
     (``high`` None: no upper bound); None when that cannot be written (see the module)."""
     if not (pattern.startswith("^") and pattern.endswith("$") and not pattern.endswith("\\$")):
-        return None  # a pattern matches anywhere in the string: its length is not its own
+        whole = _whole(pattern, high)  # (a pattern matches anywhere in the string)
+        if whole is None:
+            return None
+        pattern = whole
     span = _span(pattern)
-    if span is None or span[0] < low:
+    if span is not None and span[0] < low:  # too short: its first counts raised
+        longer = raised(pattern, low - span[0])
+        span = None if longer is None else _span(longer)
+        if longer is None or span is None or span[0] < low:
+            return None
+        pattern = longer
+    if span is None:
         return None
     if high is None or (span[1] is not None and span[1] <= high):
         return pattern

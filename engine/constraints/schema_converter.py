@@ -33,7 +33,7 @@ from engine.constraints.lark_rules import (
 from engine.constraints.regex_rules import class_char, gbnf_literal
 from engine.constraints.schema_numbers import number_bounds
 from engine.constraints.schema_patterns import JSON_UNSAFE, REPEAT_LIMIT
-from engine.constraints.schema_terms import KEY_PATTERN
+from engine.constraints.schema_terms import ENTRY_COUNT, KEY_PATTERN
 
 _G: Any = llama_cpp.llama_grammar  # untyped Python module: used through Any
 
@@ -91,16 +91,20 @@ class _Converter(_G.SchemaConverter):  # type: ignore[misc]
         super().__init__(*args, **kwargs)
         self._shared_rules: dict[tuple[Any, ...], str] = {}  # a bound's key: its rule
         self._key_pattern: str | None = None  # the next object's other keys (KEY_PATTERN)
+        self._entry_count: list[Any] | None = None  # and how many it holds (ENTRY_COUNT)
 
     def visit(self, schema: Any, name: str) -> Any:
-        if isinstance(schema, dict) and KEY_PATTERN in schema:
-            # a map's keys: read by the _build_object_rule the port calls first for this
-            # object (reset after, whatever path the visit took)
-            self._key_pattern = str(schema[KEY_PATTERN])
+        if isinstance(schema, dict) and (KEY_PATTERN in schema or ENTRY_COUNT in schema):
+            # a map's keys and their count: read by the _build_object_rule the port calls
+            # first for this object (reset after, whatever path the visit took)
+            keys = schema.get(KEY_PATTERN)
+            self._key_pattern = None if keys is None else str(keys)
+            self._entry_count = schema.get(ENTRY_COUNT)
             try:
-                return self.visit({k: v for k, v in schema.items() if k != KEY_PATTERN}, name)
+                return self.visit({k: v for k, v in schema.items()
+                                   if k not in (KEY_PATTERN, ENTRY_COUNT)}, name)
             finally:
-                self._key_pattern = None
+                self._key_pattern = self._entry_count = None
         if isinstance(schema, dict) and isinstance(schema.get(CUSTOM_GRAMMAR), dict):
             rule = f"{name}-" if name in _G.RESERVED_NAMES else name or "root"
             inner = custom_rule(self, schema[CUSTOM_GRAMMAR], rule, json_mode=True)
@@ -170,6 +174,7 @@ class _Converter(_G.SchemaConverter):  # type: ignore[misc]
         other keys (``additional_properties`` True or a schema) in any number."""
         prefix = f"{name}{'-' if name else ''}"
         keys, self._key_pattern = self._key_pattern, None  # this object's only
+        count, self._entry_count = self._entry_count, None
         kvs = []
         for prop, schema in properties:
             value = self.visit(schema, f"{prefix}{prop}")
@@ -189,6 +194,12 @@ class _Converter(_G.SchemaConverter):  # type: ignore[misc]
                 key = self._add_primitive("string", _G.PRIMITIVE_RULES["string"])
             other = (f"{prefix}additional",
                      self._add_rule(f"{prefix}additional-kv", f'{key} ":" space {value}'))
+        if count is not None:  # a map's count of entries (nothing else sets it)
+            if properties or other is None:
+                raise GrammarError("a count of entries beside declared properties")
+            body = entries(other[1], self._add_rule(f"{prefix}additional-more",
+                                                    f'"," space {other[1]}'), *count)
+            return f'"{{" space {body} "}}" space'
         first = ordered_members(kvs, self._add_rule, '"," space', other)
         return f'"{{" space {first} "}}" space' if first else '"{" space "}" space'
 
@@ -248,6 +259,15 @@ def ordered_members(members: list[tuple[str, str, bool]], add_rule: Callable[[st
                 f"{opened} | {first}" if first else f"( {opened} )?"))
         rest = (f"{comma} {kv} {rest}" if needed else f"( {comma} {kv} )? {rest}").rstrip()
     return first
+
+
+def entries(entry: str, more: str, low: int, high: int | None) -> str:
+    """GBNF for ``low`` (0 or 1) to ``high`` (None: any number) entries of an object or
+    array: ``entry``, then each further one as ``more`` (its separator and an entry)."""
+    if high == 0:
+        return '""'
+    body = entry if high == 1 else f"{entry} {counted(more, 0, None if high is None else high - 1)}"
+    return body if low else f"( {body} )?"
 
 
 def counted(item: str, low: int, high: int | None) -> str:

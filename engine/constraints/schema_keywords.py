@@ -15,9 +15,13 @@ from engine.constraints.schema_merge import value_key
 from engine.constraints.schema_numbers import decimal, int_bounds, number_bounds
 from engine.constraints.schema_terms import (
     ANY_TYPES,
+    ARRAY_ONLY,
+    ENTRY_COUNT,
     ENUM_LIMIT,
     KEY_PATTERN,
     NUMERIC,
+    OBJECT_ONLY,
+    TYPES,
     SchemaError,
     Unsatisfiable,
 )
@@ -34,6 +38,14 @@ class KeywordRules:
         where the shape allows it exactly; those left stay for ``walk`` to report."""
         node = dict(node)
         node.pop(KEY_PATTERN, None)  # only _map_keys writes it
+        node.pop(ENTRY_COUNT, None)  # only _entries writes it
+        kinds = node.get("type")
+        kinds = kinds if isinstance(kinds, list) else [kinds]
+        if kinds and all(isinstance(k, str) and k in TYPES for k in kinds):
+            # an object's keywords say nothing of a string, an array's nothing of an object
+            for words, kind in ((OBJECT_ONLY, "object"), (ARRAY_ONLY, "array")):
+                if kind not in kinds:
+                    node = {k: v for k, v in node.items() if k not in words}
         raw_props = node.get("properties")
         props: dict[str, Any] = raw_props if isinstance(raw_props, dict) else {}
         closed = "properties" in node and node.get("additionalProperties") in (None, False)
@@ -60,12 +72,12 @@ class KeywordRules:
         low, high = node.get("minProperties"), node.get("maxProperties")
         optional = [n for n in props if n not in required]
         if isinstance(low, int) and not isinstance(low, bool) and (
-                len(set(required)) >= low or (closed and len(props) >= low)):
+                len(set(required)) >= low or (closed and props and len(props) >= low)):
             # a closed object: its first optional properties made required (a subset)
             required = [*required, *optional[:max(low - len(set(required)), 0)]]
             node["required"] = required
             node.pop("minProperties")
-        if isinstance(high, int) and not isinstance(high, bool) and closed and \
+        if isinstance(high, int) and not isinstance(high, bool) and closed and props and \
                 len(set(required)) <= high:
             # the optional properties past the count left out (a subset)
             room = high - len(set(required))
@@ -87,6 +99,8 @@ class KeywordRules:
         elif isinstance(node.get("patternProperties"), dict) and \
                 node.get("additionalProperties") is not False:
             node = self._open_patterns(node, props)
+        if not props:
+            node = self._entries(node, where)
         negated = node.get("not")
         if isinstance(negated, dict) and set(negated) == {"type"}:
             out_types = negated["type"] if isinstance(negated["type"], list) \
@@ -134,7 +148,7 @@ class KeywordRules:
         their union), each value under that schema."""
         patterns = node.get("patternProperties")
         if not isinstance(patterns, dict) or not patterns or node.get("required") or \
-                set(node) & {"propertyNames", "minProperties", "maxProperties"}:
+                "propertyNames" in node:  # (its counts: _entries)
             return node
         schemas = list(patterns.values())
         if any(value_key(s) != value_key(schemas[0]) for s in schemas[1:]) or \
@@ -147,6 +161,36 @@ class KeywordRules:
             schemas[0] = {}  # (walked as any value; `true` would be dropped as "any key")
         # the patterns, each checked alone (json_schema.walk) before their union is made
         return {**node, "additionalProperties": schemas[0], KEY_PATTERN: list(patterns)}
+
+    @staticmethod
+    def _entries(node: dict[str, Any], where: str) -> dict[str, Any]:
+        """``minProperties`` (0 or 1) and ``maxProperties`` of a map, an object with no
+        declared property (its other keys open, under a schema, or a map's patterns): the
+        number of entries it writes (``ENTRY_COUNT``). A key written twice is one key, so
+        at least two keys cannot be promised: that count is left (refused under strict)."""
+        low, high = node.get("minProperties", 0), node.get("maxProperties")
+        if not {"minProperties", "maxProperties"} & set(node) or node.get("type", "object") \
+                != "object" or node.get("required") or set(node) & {
+                "patternProperties", "propertyNames", "dependentRequired", "dependencies",
+                "dependentSchemas", "unevaluatedProperties", "anyOf", "oneOf", "allOf",
+                "$ref", "enum", "const", "not", "if", "items", "prefixItems"}:
+            return node
+        if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0
+                   for n in (low, high if high is not None else 0)) or low > 1:
+            return node
+        node = {k: v for k, v in node.items()
+                if k not in ("minProperties", "maxProperties", "required")}  # (required: [])
+        extra = node.get("additionalProperties", True)
+        if extra is False and KEY_PATTERN not in node:  # no key at all
+            if low:
+                raise Unsatisfiable(f"{where}.minProperties: no key is allowed")
+            return node
+        if high is not None and low > high:
+            raise Unsatisfiable(f"{where}.minProperties: above maxProperties")
+        if extra is True and "properties" in node and not low:
+            return node  # written as its declared properties: none (a subset, as always)
+        return {**node, "type": "object", "additionalProperties": {} if extra is True else extra,
+                ENTRY_COUNT: [low, high]}
 
     def _names(self, node: dict[str, Any], props: dict[str, Any], where: str
                ) -> dict[str, Any]:

@@ -20,6 +20,13 @@ SCHEMA_MAPS = ("properties",)  # name -> schema
 # (walker -> writers) the pattern every other key of an object matches: a map's
 # `patternProperties` (schema_keywords._map_keys); never taken from a request's schema
 KEY_PATTERN = "$keyPattern"
+# (walker -> writers) how many entries a map (an object with no declared property, its other
+# keys under one schema) holds: [low (0 or 1), high or None] (schema_keywords._entries)
+ENTRY_COUNT = "$entryCount"
+# keywords that say nothing of a value of another type than theirs
+OBJECT_ONLY = ("minProperties", "maxProperties", "propertyNames", "patternProperties",
+               "dependentRequired", "dependencies", "dependentSchemas", "unevaluatedProperties")
+ARRAY_ONLY = ("uniqueItems", "contains", "minContains", "maxContains", "unevaluatedItems")
 COUNTS = ("minItems", "maxItems", "minLength", "maxLength")
 SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
 SCHEMA_VALUES = ("items", "additionalProperties")
