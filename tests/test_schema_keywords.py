@@ -21,7 +21,7 @@ from api.chat.answer_check import schema_errors
 from conftest import require_model
 from engine.constraints.grammar import GrammarError, json_grammar, xml_tool_call_grammar
 from engine.constraints.grammar_gemma4 import gemma4_call_grammar
-from engine.constraints.schema_terms import KEY_PATTERN
+from engine.constraints.schema_terms import DISTINCT, ENTRY_COUNT, KEY_PATTERN
 
 KEYS = ["^[a-z]{1,4}$", "[A-Z]", "^\\d*$", "^x_", "^(foo|bar)$", "id$"]
 VALUES: list[Any] = [{"type": "integer", "minimum": 0, "maximum": 9}, {"type": "string",
@@ -86,6 +86,13 @@ def test_a_key_pattern_sent_in_a_schema_is_not_read(checker: TextChecker) -> Non
                   KEY_PATTERN: marker}
         g = json_grammar(schema, strict=True).text
         assert checker.accepts(g, '{"AB": 1}') and checker.accepts(g, '{"ab": 1}')
+    # nor the counts and the distinct values the walker writes (schema_keywords)
+    g = json_grammar({"type": "object", "additionalProperties": {"type": "integer"},
+                      ENTRY_COUNT: [1, 1]}, strict=True).text
+    assert checker.accepts(g, "{}") and checker.accepts(g, '{"a": 1, "b": 2}')
+    g = json_grammar({"type": "array", "items": {"type": "integer"}, DISTINCT: [[7], 1]},
+                     strict=True).text
+    assert checker.accepts(g, "[]") and checker.accepts(g, "[1, 1]")
 
 
 @pytest.mark.model
@@ -258,3 +265,63 @@ def test_a_maps_count_is_enforced_in_json_and_gemma_4(checker: TextChecker) -> N
             "type": "object", "additionalProperties": False, "minProperties": 1,
             "patternProperties": {"^a$": {"type": "integer"}}}}})], "<|tool_call>",
             "<tool_call|>", parallel=False, lazy=False)
+
+
+def test_dependencies_are_read_together() -> None:
+    """``dependentRequired`` beside ``dependencies``: both are read (the second was dropped
+    once the first could be written, so a key the object's other keys allowed went without
+    the names it needs); a dependency schema that says only ``required`` is those names,
+    and a key a closed object never writes needs nothing."""
+    props = {"a": {"type": "string"}, "b": {"type": "string"}}
+    with pytest.raises(GrammarError, match="strict"):
+        json_grammar({"type": "object", "properties": props, "additionalProperties": {
+            "type": "integer"}, "dependentRequired": {"a": ["b"]},
+            "dependencies": {"c": ["d"]}}, strict=True)
+    g = json_grammar({"type": "object", "properties": props, "dependencies": {
+        "a": {"required": ["b"]}, "zz": ["q"]}}, strict=True)
+    assert not g.relaxed
+
+
+# arrays of distinct listed values (schema_keywords._distinct): MaskBench's strict refusals
+# of `uniqueItems` hold such arrays (`"items": {"enum": [...]}, "uniqueItems": true`)
+@pytest.mark.model
+@settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
+@given(values=st.lists(st.sampled_from([1, 1.0, 2, "a", "b", None, True, [1], {"k": 1}]),
+                       min_size=1, max_size=6),
+       low=st.sampled_from([None, 0, 1, 2]), high=st.sampled_from([None, 1, 3, 9]),
+       typed=st.booleans(), seed=st.integers(0, 1 << 20))
+def test_an_array_of_distinct_listed_values_holds(
+        walker: GrammarWalker, values: list[Any], low: int | None, high: int | None,
+        typed: bool, seed: int) -> None:
+    items: dict[str, Any] = {"enum": values, **({"type": "integer"} if typed else {})}
+    schema = {"type": "array", "items": items, "uniqueItems": True,
+              **({} if low is None else {"minItems": low}),
+              **({} if high is None else {"maxItems": high})}
+    try:
+        grammar = json_grammar(schema, strict=True)
+    except GrammarError:
+        return  # (more items asked for than one, a cap under the values' number: refused)
+    for i in range(4):
+        text = walker.walk(grammar.text, np.random.default_rng(seed + i))
+        if text is None:
+            continue
+        assert schema_errors(json.loads(text), schema) is None, (schema, text)
+
+
+@pytest.mark.model
+def test_distinct_values_are_written_once_each(checker: TextChecker) -> None:
+    schema = {"type": "array", "items": {"$ref": "#/$defs/S"}, "uniqueItems": True,
+              "minItems": 1, "$defs": {"S": {"type": "string", "enum": ["r", "w", "x"]}}}
+    g = json_grammar(schema, strict=True)
+    assert not g.relaxed
+    for ok in ('["r"]', '["r", "x"]', '["r", "w", "x"]', '["w"]'):
+        assert checker.accepts(g.text, ok), ok
+    for bad in ("[]", '["r", "r"]', '["w", "w"]', '["q"]'):
+        assert not checker.accepts(g.text, bad), bad
+    g4 = gemma4_call_grammar([_tool({"type": "object", "required": ["p"], "properties": {
+        "p": schema}, "$defs": schema["$defs"]})], "<|tool_call>", "<tool_call|>",
+        parallel=False, lazy=False).text
+    q = '<|"|>'
+    for args, ok in ((f"p:[{q}r{q},{q}x{q}]", True), (f"p:[{q}r{q},{q}r{q}]", False),
+                     ("p:[]", False)):
+        assert checker.accepts(g4, "<|tool_call>call:f{" + args + "}<tool_call|>") == ok, args

@@ -156,6 +156,9 @@ def _containers(inner: Any) -> Any:
         "patternProperties": st.dictionaries(st.sampled_from(["^x_", "b"]), inner, max_size=1),
         "minProperties": st.integers(0, 3), "maxProperties": st.integers(0, 4),
         "dependentRequired": st.dictionaries(names, st.lists(names, max_size=2), max_size=2),
+        "dependencies": st.dictionaries(names, st.one_of(
+            st.lists(names, max_size=2), st.just(True),
+            st.fixed_dictionaries({"required": st.lists(names, max_size=2)})), max_size=2),
         "propertyNames": st.just({"maxLength": 2}),
         "if": st.just({"required": ["a"]}), "then": st.just({"required": ["b"]})})
     bare_required = st.fixed_dictionaries({"type": st.just("object"),

@@ -38,15 +38,15 @@ from engine.constraints.grammar import (
 )
 from engine.constraints.json_schema import SchemaSet
 from engine.constraints.lark_rules import CUSTOM_GRAMMAR
-from engine.constraints.schema_converter import counted, entries, ordered_members
-from engine.constraints.schema_terms import ENTRY_COUNT, KEY_PATTERN
+from engine.constraints.schema_converter import counted, distinct, entries, ordered_members
+from engine.constraints.schema_terms import DISTINCT, ENTRY_COUNT, KEY_PATTERN
 
 QUOTE = '<|"|>'
 _HANDLED = {"type", "properties", "required", "additionalProperties", "items", "minItems",
             "maxItems", "enum", "const", "anyOf", "oneOf", "minLength", "maxLength", "pattern",
             "format", "$ref", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
             "multipleOf", "uniqueItems", "minProperties", "maxProperties", "$defs", "$places",
-            CUSTOM_GRAMMAR, KEY_PATTERN, ENTRY_COUNT}
+            CUSTOM_GRAMMAR, KEY_PATTERN, ENTRY_COUNT, DISTINCT}
 _BASE = {
     "g4-char": '[^<] | "<" [^|]',  # a string cannot hold the start of a control token
     "g4-string": f'{_gbnf_literal(QUOTE)} g4-char* {_gbnf_literal(QUOTE)}',
@@ -167,6 +167,11 @@ class _Values:
         return self._add(name, f'"{{" {first} "}}"')
 
     def _array(self, schema: dict[str, Any], name: str) -> str:
+        if DISTINCT in schema:  # distinct listed values, in the order listed
+            values, low = schema[DISTINCT]
+            body = distinct([literal(v) for v in values], low, self._add, f"{name}-distinct",
+                            '","')
+            return self._add(name, f'"[" {body} "]"')
         item = self.rule(schema.get("items", True), f"{name}-item")
         lo, hi = schema.get("minItems", 0), schema.get("maxItems")
         if hi == 0:

@@ -70,10 +70,10 @@ from engine.constraints.schema_terms import (
     ANNOTATIONS,
     ANY_TYPES,
     COUNTS,
-    ENTRY_COUNT,
     ENUM_LIMIT,
     KEY_PATTERN,
     KEYWORDS,
+    MARKERS,
     MAX_OPTIONAL_PROPERTIES,
     MAX_SCHEMA_NODES,
     NUMERIC,
@@ -289,7 +289,7 @@ class _Localizer(KeywordRules):
                                    isinstance(value, bool) or not math.isfinite(value)):
                     raise SchemaError(f"{where}.{key} must be a finite number")
                 out[key] = value
-            elif key in ("const", ENTRY_COUNT):  # (ENTRY_COUNT: schema_keywords._entries)
+            elif key == "const" or key in MARKERS:  # (MARKERS: schema_keywords wrote them)
                 out[key] = value
             elif key in SPECIAL:  # not enforced (what is, _special rewrote)
                 self.loose(f"{where}.{key}", f"'{key}'")

@@ -33,7 +33,7 @@ from engine.constraints.lark_rules import (
 from engine.constraints.regex_rules import class_char, gbnf_literal
 from engine.constraints.schema_numbers import number_bounds
 from engine.constraints.schema_patterns import JSON_UNSAFE, REPEAT_LIMIT
-from engine.constraints.schema_terms import ENTRY_COUNT, KEY_PATTERN
+from engine.constraints.schema_terms import DISTINCT, ENTRY_COUNT, KEY_PATTERN
 
 _G: Any = llama_cpp.llama_grammar  # untyped Python module: used through Any
 
@@ -105,6 +105,12 @@ class _Converter(_G.SchemaConverter):  # type: ignore[misc]
                                    if k not in (KEY_PATTERN, ENTRY_COUNT)}, name)
             finally:
                 self._key_pattern = self._entry_count = None
+        if isinstance(schema, dict) and DISTINCT in schema:  # (schema_keywords._distinct)
+            rule = f"{name}-" if name in _G.RESERVED_NAMES else name or "root"
+            values, low = schema[DISTINCT]
+            body = distinct([self._generate_constant_rule(v) for v in values], low,
+                            self._add_rule, f"{rule}-distinct", '"," space')
+            return self._add_rule(rule, f'"[" space {body} "]" space')
         if isinstance(schema, dict) and isinstance(schema.get(CUSTOM_GRAMMAR), dict):
             rule = f"{name}-" if name in _G.RESERVED_NAMES else name or "root"
             inner = custom_rule(self, schema[CUSTOM_GRAMMAR], rule, json_mode=True)
@@ -259,6 +265,20 @@ def ordered_members(members: list[tuple[str, str, bool]], add_rule: Callable[[st
                 f"{opened} | {first}" if first else f"( {opened} )?"))
         rest = (f"{comma} {kv} {rest}" if needed else f"( {comma} {kv} )? {rest}").rstrip()
     return first
+
+
+def distinct(values: list[str], low: int, add_rule: Callable[[str, str], str], stem: str,
+             comma: str) -> str:
+    """GBNF for each of ``values`` at most once, in the order given, ``comma`` between them,
+    at least one when ``low``: first(i) opens with value i or a later one, rest(i) is what
+    may follow once value i - 1 was written (a rule each: the text grows linearly)."""
+    first = rest = ""
+    for i in range(len(values) - 1, -1, -1):
+        opened = f"{values[i]} {rest}".rstrip()
+        first = add_rule(f"{stem}-{i}", f"{opened} | {first}" if first else opened)
+        if i:
+            rest = add_rule(f"{stem}-{i}-rest", f"( {comma} {values[i]} )? {rest}".rstrip())
+    return first if low else f"( {first} )?"
 
 
 def entries(entry: str, more: str, low: int, high: int | None) -> str:

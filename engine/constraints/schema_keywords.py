@@ -11,11 +11,14 @@ from typing import Any
 
 import jsonschema
 
-from engine.constraints.schema_merge import value_key
+from engine.constraints.schema_merge import deref, value_key
 from engine.constraints.schema_numbers import decimal, int_bounds, number_bounds
 from engine.constraints.schema_terms import (
+    ANNOTATIONS,
     ANY_TYPES,
     ARRAY_ONLY,
+    DISTINCT,
+    DISTINCT_LIMIT,
     ENTRY_COUNT,
     ENUM_LIMIT,
     KEY_PATTERN,
@@ -25,13 +28,44 @@ from engine.constraints.schema_terms import (
     SchemaError,
     Unsatisfiable,
 )
+from engine.constraints.schema_values import ValueCheck, listed_schema
+
+_DEPENDENCIES = ("dependentRequired", "dependencies", "dependentSchemas")
+
+
+def _dependents(node: dict[str, Any]) -> dict[str, list[str]] | None:
+    """The names each key needs beside it, from ``dependentRequired``, ``dependencies`` and
+    ``dependentSchemas`` (a schema that says only ``required`` is those names); None when
+    there is none, or one says more."""
+    if not set(node) & set(_DEPENDENCIES):
+        return None
+    out: dict[str, list[str]] = {}
+    for word in _DEPENDENCIES:
+        deps = node.get(word, {})
+        if not isinstance(deps, dict):
+            return None
+        for trigger, needs in deps.items():
+            if word != "dependentRequired" and (needs is True or (isinstance(needs, dict) and
+                                                set(needs) <= {"required", *ANNOTATIONS})):
+                needs = needs.get("required", []) if isinstance(needs, dict) else []
+            elif word == "dependentSchemas":
+                return None
+            if not isinstance(needs, list) or not all(isinstance(n, str) for n in needs):
+                return None
+            out.setdefault(trigger, []).extend(needs)
+    return out
 
 
 class KeywordRules:
     """What the shape of a (sub)schema lets a grammar enforce exactly."""
 
+    check: ValueCheck  # the walker's: listed values checked against the root's subschemas
+
     def loose(self, where: str, what: str) -> None:
         raise NotImplementedError  # the walker's: relaxed, or refused under strict
+
+    def target(self, ref: str) -> Any:
+        raise NotImplementedError  # the walker's: a local reference's target
 
     def _special(self, node: dict[str, Any], where: str) -> dict[str, Any]:
         """The validation keywords of ``SPECIAL`` rewritten into what the converter reads,
@@ -39,6 +73,7 @@ class KeywordRules:
         node = dict(node)
         node.pop(KEY_PATTERN, None)  # only _map_keys writes it
         node.pop(ENTRY_COUNT, None)  # only _entries writes it
+        node.pop(DISTINCT, None)  # only _distinct writes it
         kinds = node.get("type")
         kinds = kinds if isinstance(kinds, list) else [kinds]
         if kinds and all(isinstance(k, str) and k in TYPES for k in kinds):
@@ -52,6 +87,8 @@ class KeywordRules:
         if node.get("uniqueItems") is False or (node.get("uniqueItems") is True and \
                 isinstance(node.get("maxItems"), int) and node["maxItems"] <= 1):
             node.pop("uniqueItems")
+        if node.get("uniqueItems") is True:
+            node = self._distinct(node, where)
         required: list[Any] = node["required"] if isinstance(node.get("required"), list) \
             else []
         missing = [n for n in required if isinstance(n, str) and n not in props]
@@ -84,14 +121,15 @@ class KeywordRules:
             keep = set(required) | set([n for n in props if n not in required][:room])
             node["properties"] = props = {n: v for n, v in props.items() if n in keep}
             node.pop("maxProperties")
-        deps = node.get("dependentRequired", node.get("dependencies"))
-        if isinstance(deps, dict) and props and all(
-                isinstance(v, list) and set(v) <= set(props) for v in deps.values()):
-            # every dependent made required: a subset of what the schema allows
+        deps = _dependents(node)
+        live = {t: v for t, v in (deps or {}).items() if t in props or not closed}
+        if deps is not None and props and all(set(v) <= set(props) for v in live.values()):
+            # every dependent made required (a subset of what the schema allows); a key a
+            # closed object never writes needs nothing
             node["required"] = list(dict.fromkeys(
-                [*required, *(n for v in deps.values() for n in v)]))
-            node.pop("dependentRequired", None)
-            node.pop("dependencies", None)
+                [*required, *(n for v in live.values() for n in v)]))
+            for word in _DEPENDENCIES:
+                node.pop(word, None)
         if closed and props:
             node = self._names(node, props, where)
         elif node.get("additionalProperties") is False and not props:
@@ -161,6 +199,34 @@ class KeywordRules:
             schemas[0] = {}  # (walked as any value; `true` would be dropped as "any key")
         # the patterns, each checked alone (json_schema.walk) before their union is made
         return {**node, "additionalProperties": schemas[0], KEY_PATTERN: list(patterns)}
+
+    def _distinct(self, node: dict[str, Any], where: str) -> dict[str, Any]:
+        """``uniqueItems`` of an array whose items list their values (``enum``, ``const``;
+        each checked against the rest of the items' schema): each value at most once, in
+        the order listed (``DISTINCT``; a subset: the same values in another order are
+        not written), with at most one item required and no cap under their number."""
+        items = deref(node.get("items"), self.target)
+        low, high = node.get("minItems", 0), node.get("maxItems")
+        if not isinstance(items, dict) or node.get("type", "array") != "array" or set(node) & {
+                "prefixItems", "contains", "minContains", "maxContains", "unevaluatedItems",
+                "anyOf", "oneOf", "allOf", "not", "if", "$ref", "enum", "const"} or \
+                low not in (0, 1) or isinstance(low, bool):
+            return node
+        try:
+            found = listed_schema(items, self.check, self.target, f"{where}.items")
+        except Unsatisfiable:  # no item at all: the walk says so
+            return node
+        if found is None:
+            return node
+        values: dict[Any, Any] = {}  # (1 and 1.0 are one value: the first kept)
+        for v in found.get("enum", [found.get("const")]):
+            values.setdefault(value_key(v), v)
+        if len(values) > DISTINCT_LIMIT or (high is not None and (
+                type(high) is not int or high < len(values))):
+            return node
+        return {**{k: v for k, v in node.items() if k not in (
+            "items", "uniqueItems", "minItems", "maxItems")}, "type": "array",
+            DISTINCT: [list(values.values()), low]}
 
     @staticmethod
     def _entries(node: dict[str, Any], where: str) -> dict[str, Any]:

@@ -23,6 +23,11 @@ KEY_PATTERN = "$keyPattern"
 # (walker -> writers) how many entries a map (an object with no declared property, its other
 # keys under one schema) holds: [low (0 or 1), high or None] (schema_keywords._entries)
 ENTRY_COUNT = "$entryCount"
+# (walker -> writers) an array whose items are distinct listed values: each at most once, in
+# the order listed: [values, low (0 or 1)] (schema_keywords._distinct)
+DISTINCT = "$distinct"
+DISTINCT_LIMIT = 64  # listed values an array of distinct ones is written for
+MARKERS = (ENTRY_COUNT, DISTINCT)  # passed through the walk as they are
 # keywords that say nothing of a value of another type than theirs
 OBJECT_ONLY = ("minProperties", "maxProperties", "propertyNames", "patternProperties",
                "dependentRequired", "dependencies", "dependentSchemas", "unevaluatedProperties")
