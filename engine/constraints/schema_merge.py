@@ -18,7 +18,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from engine.constraints.lark_rules import CUSTOM_GRAMMAR
+from engine.constraints.schema_terms import KEYWORDS
+
 UNSAT: dict[str, Any] = {"$unsatisfiable": True}  # marker: no value matches
+# what a merge compares besides the keywords: a draft, a base or an anchor, OpenAPI's
+# `nullable` (read as a type), a custom tool's grammar; any other word says nothing of a
+# value (annotations, definitions, a schema's own words: the first part's kept)
+_COMPARED = {*KEYWORDS, "$schema", "$id", "$anchor", "$dynamicAnchor", "$recursiveAnchor",
+             "$vocabulary", "nullable", CUSTOM_GRAMMAR}
 
 _IP4 = "(25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])"
 # a DNS label of at most 49 characters with no two hyphens together (IDNA refuses "ab--c"),
@@ -126,6 +134,8 @@ def merge(a: Any, b: Any, resolve: Callable[[str], Any]) -> dict[str, Any] | Non
     for key, value in b.items():
         if key not in out or value_key(out[key]) == value_key(value):
             out[key] = value
+            continue
+        if key not in _COMPARED:
             continue
         have = out[key]
         if key == "properties":
