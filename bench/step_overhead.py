@@ -157,7 +157,8 @@ def measure(name: str, pid: int, port: int, levels: list[int], tokens: int, mode
 
 def interleaved(servers: dict[str, tuple[Any, int]], levels: list[int], tokens: int,
                 modes: list[str], budget: int, rounds: int) -> list[dict[str, Any]]:
-    """Every level on each server in turn, ``rounds`` times; each server's best round.
+    """Every level on each server in turn, ``rounds`` times; each server's median round
+    (by tokens/s), with every round's tokens/s beside it ("tok/s rounds").
     This machine's speed moves by up to 2x within minutes: a cell measured on both servers
     within seconds of each other, several times, compares them; whole runs one after the
     other do not."""
@@ -165,13 +166,14 @@ def interleaved(servers: dict[str, tuple[Any, int]], levels: list[int], tokens: 
     rows = []
     for mode in modes:
         for c in levels:
-            best: dict[str, dict[str, Any]] = {}
+            seen: dict[str, list[dict[str, Any]]] = {name: [] for name in servers}
             for _ in range(rounds):
                 for name, (proc, port) in servers.items():
-                    row = level(name, proc.pid, port, idle[name], mode, c, tokens, budget)
-                    if name not in best or row["tok/s"] > best[name]["tok/s"]:
-                        best[name] = row
-            rows += best.values()
+                    seen[name].append(level(name, proc.pid, port, idle[name], mode, c,
+                                            tokens, budget))
+            for got in seen.values():
+                middle = sorted(got, key=lambda r: r["tok/s"])[len(got) // 2]
+                rows.append({**middle, "tok/s rounds": [r["tok/s"] for r in got]})
     return rows
 
 
@@ -187,7 +189,8 @@ def main() -> None:
     ap.add_argument("--servers", default="llamaserve,llama-server")
     ap.add_argument("--rounds", type=int, default=0,
                     help="both servers up at once, each level on each in turn this many times "
-                         "(best round kept); 0: one server after the other")
+                         "(the median round kept, every round's ratio shown); 0: one server "
+                         "after the other")
     ap.add_argument("--set", action="append", default=[], metavar="FIELD=JSON",
                     help="a model config field for llamaserve, e.g. kv_unified=false")
     ap.add_argument("--variant", action="append", default=[], metavar="NAME:VAR=VALUE",
@@ -257,7 +260,10 @@ def main() -> None:
                              "server CPU ms/token"], 2) if theirs[key]["server CPU ms/token"]
                          else "", "client CPU": "",
                          "RSS idle MiB": round(r["RSS idle MiB"] / theirs[key]["RSS idle MiB"], 2),
-                         "RSS per sequence KiB": "", "errors": ""})
+                         "RSS per sequence KiB": "", "errors": "",
+                         "tok/s rounds": [round(a / b, 2) for a, b in zip(
+                             r.get("tok/s rounds", []), theirs[key].get("tok/s rounds", []),
+                             strict=False)]})
     report(rows, "step_overhead")
 
 
