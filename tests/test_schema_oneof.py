@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import jsonschema
 import numpy as np
 import pytest
 from grammar_walk import GrammarWalker, TextChecker
@@ -21,6 +22,7 @@ from hypothesis import strategies as st
 from api.chat.answer_check import schema_errors
 from conftest import require_model
 from engine.constraints.grammar import GrammarError, json_grammar
+from engine.constraints.schema_merge import Reading, disjoint
 
 NAMES = ["a", "b", "c", "d", "e"]
 VALUES = [{"type": "string", "maxLength": 3}, {"type": "integer", "minimum": 0,
@@ -196,3 +198,54 @@ def test_draft_3_is_refused_under_strict() -> None:
     with pytest.raises(GrammarError, match="draft 3"):
         json_grammar(schema, strict=True)
     assert json_grammar(schema).relaxed
+
+
+# disjoint's proofs as a property: whatever it calls apart, no value validates under both
+LEAVES: list[Any] = [{"type": "null"}, {"type": "string"}, {"type": "integer"},
+                     {"enum": ["GET", "POST"]}, {"const": 1}, {"enum": [1.0, None]},
+                     {"type": "object"}, {"type": "array"}, {}, {"minimum": 2}]
+PROBES: list[Any] = [None, "GET", "x", 1, 1.0, 2, 2.5, True, [], [1], {},
+                     {"kind": "a"}, {"kind": "b"}, {"kind": "a", "n": 1}, {"kind": 1},
+                     {"n": "x"}, {"kind": None}]
+
+
+@st.composite
+def proof_schemas(draw: st.DrawFn, depth: int = 2) -> Any:
+    if depth == 0 or draw(st.integers(0, 2)) == 0:
+        return draw(st.sampled_from(LEAVES))
+    inner = proof_schemas(depth - 1)
+    return draw(st.one_of(
+        st.fixed_dictionaries({draw(st.sampled_from(["anyOf", "oneOf"])): st.lists(
+            inner, min_size=1, max_size=3)}),
+        st.fixed_dictionaries({"allOf": st.lists(inner, min_size=1, max_size=2)}),
+        st.fixed_dictionaries({"type": st.just("object"), "properties": st.fixed_dictionaries(
+            {}, optional={"kind": inner, "n": inner})}, optional={
+            "required": st.lists(st.sampled_from(["kind", "n"]), max_size=2, unique=True)}),
+        st.fixed_dictionaries({"allOf": st.just([{"type": "object", "required": ["kind"]}]),
+                               "properties": st.fixed_dictionaries({"kind": inner})})))
+
+
+@settings(max_examples=600, deadline=None, suppress_health_check=list(HealthCheck))
+@given(proof_schemas(), proof_schemas())
+def test_what_disjoint_calls_apart_no_value_matches_twice(a: Any, b: Any) -> None:
+    if not disjoint(a, b, lambda ref: None):
+        return
+    check = jsonschema.Draft202012Validator
+    for value in PROBES:
+        assert not (check(a).is_valid(value) and check(b).is_valid(value)), (a, b, value)
+
+
+def test_unions_parts_and_listed_values_are_read_apart() -> None:
+    """The refusals these proofs lifted: a null beside listed strings, a union of
+    discriminated objects beside another one, a discriminator required in an allOf part."""
+    read = Reading(lambda ref: None)
+    assert disjoint({"type": "null"}, {"enum": ["GET", "POST"]}, read)
+
+    def tagged(tag: str) -> dict[str, Any]:
+        return {"type": "object", "properties": {"type": {"const": tag}}, "required": ["type"]}
+
+    assert disjoint({"oneOf": [tagged("a"), tagged("b")]}, tagged("c"), read)
+    assert not disjoint({"oneOf": [tagged("a"), tagged("b")]}, tagged("b"), read)
+    parts = {"allOf": [{"type": "object", "required": ["type"]}]}
+    assert disjoint({**parts, "properties": {"type": {"enum": ["x"]}}},
+                    {**parts, "properties": {"type": {"enum": ["y"]}}}, read)

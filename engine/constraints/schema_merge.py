@@ -259,20 +259,83 @@ def _disjoint(a: Any, b: Any, read: Reading, depth: int, steps: list[int]) -> bo
     a, b = read.node(a), read.node(b)
     if not isinstance(a, dict) or not isinstance(b, dict):
         return a is False or b is False
-    ta, tb = _types(a), _types(b)
+    ta, tb = _kinds(a, read, steps, depth), _kinds(b, read, steps, depth)
     if ta is not None and tb is not None and not _intersect_types(sorted(ta), sorted(tb)):
         return True
     va, vb = listed_keys(a, read, steps), listed_keys(b, read, steps)
     if va is not None and vb is not None and not va & vb:
         return True
-    pa, pb = a.get("properties"), b.get("properties")
-    if depth <= 0 or not isinstance(pa, dict) or not isinstance(pb, dict) or \
-            {"object"} not in (ta, tb):  # (properties say nothing of a string)
+    if depth <= 0:
         return False
-    needed = {n for n in [*(a.get("required") or []), *(b.get("required") or [])]
-              if isinstance(n, str)}
-    return any(_disjoint(pa[n], pb[n], read, depth - 1, steps)
-               for n in needed & set(pa) & set(pb))
+    for one, other in ((a, b), (b, a)):  # a union: each of its branches apart from the other
+        for word in ("anyOf", "oneOf"):
+            branches = one.get(word)
+            if isinstance(branches, list) and branches and all(
+                    _disjoint(x, other, read, depth - 1, steps) for x in branches):
+                return True
+    if {"object"} not in (ta, tb):  # (properties say nothing of a string)
+        return False
+    (pa, ra), (pb, rb) = _fields(a, read, steps, depth), _fields(b, read, steps, depth)
+    # a name one requires, whose schemas (its allOf parts' too: all must hold) meet none of
+    # the other's for it
+    return any(_disjoint(x, y, read, depth - 1, steps)
+               for n in (ra | rb) & set(pa) & set(pb) for x in pa[n] for y in pb[n])
+
+
+def _fields(node: dict[str, Any], read: Reading, steps: list[int], depth: int
+            ) -> tuple[dict[str, list[Any]], set[str]]:
+    """The property schemas (each name's, all of which hold) and required names of
+    ``node`` and of its ``allOf`` parts (``depth`` levels of them)."""
+    props: dict[str, list[Any]] = {}
+    required: set[str] = set()
+    found = node.get("properties")
+    for name, schema in (found.items() if isinstance(found, dict) else []):
+        props.setdefault(name, []).append(schema)
+    names = node.get("required")
+    required |= {n for n in names if isinstance(n, str)} if isinstance(names, list) else set()
+    parts = node.get("allOf")
+    for part in parts if isinstance(parts, list) and depth > 0 else []:
+        steps[0] -= 1
+        part = read.node(part)
+        if isinstance(part, dict) and steps[0] >= 0:
+            more, names = _fields(part, read, steps, depth - 1)
+            for name, schemas in more.items():
+                props.setdefault(name, []).extend(schemas)
+            required |= names
+    return props, required
+
+
+def _kinds(node: dict[str, Any], read: Reading, steps: list[int], depth: int
+           ) -> set[str] | None:
+    """Types every value valid under ``node`` has one of (None: any): its ``type``, the
+    types of the values it lists, its ``allOf`` parts' (``depth`` levels of them), in
+    common; a superset where anything else narrows them (a proof on it stays sound)."""
+    found = _types(node)
+    values = node.get("enum") if isinstance(node.get("enum"), list) else \
+        [node["const"]] if "const" in node else None
+    sets: list[set[str] | None] = [] if values is None else [{_kind(v) for v in values}]
+    parts = node.get("allOf")
+    for part in parts if isinstance(parts, list) and depth > 0 else []:
+        steps[0] -= 1
+        part = read.node(part)
+        if isinstance(part, dict) and steps[0] >= 0:
+            sets.append(_kinds(part, read, steps, depth - 1))
+    for more in sets:
+        if more is not None:
+            found = more if found is None else set(_intersect_types(sorted(found),
+                                                                    sorted(more)))
+    return found
+
+
+def _kind(value: Any) -> str:
+    """A JSON value's type (an integral number an integer: it is one from draft 6 on, and
+    an integer meets a number where types are intersected)."""
+    if value is None or isinstance(value, bool):
+        return "null" if value is None else "boolean"
+    if isinstance(value, (int, float)):
+        return "integer" if isinstance(value, int) or value.is_integer() else "number"
+    return "string" if isinstance(value, str) else "array" if isinstance(value, list) \
+        else "object"
 
 
 def listed_keys(schema: Any, read: Reading, steps: list[int] | None = None,
