@@ -325,3 +325,19 @@ def test_distinct_values_are_written_once_each(checker: TextChecker) -> None:
     for args, ok in ((f"p:[{q}r{q},{q}x{q}]", True), (f"p:[{q}r{q},{q}r{q}]", False),
                      ("p:[]", False)):
         assert checker.accepts(g4, "<|tool_call>call:f{" + args + "}<tool_call|>") == ok, args
+
+
+@pytest.mark.model
+def test_not_required_leaves_a_name_out_of_a_closed_object(checker: TextChecker) -> None:
+    """``not: {"required": [a, b]}``: one of the names is never written (the one the object
+    does not require); every name required, or ``not: {}``, allows no value."""
+    props = {"a": {"type": "integer"}, "b": {"type": "integer"}}
+    g = json_grammar({"type": "object", "properties": props, "required": ["b"],
+                      "not": {"required": ["a", "b"]}}, strict=True).text
+    assert checker.accepts(g, '{"b": 1}') and not checker.accepts(g, '{"a": 1, "b": 2}')
+    for schema in ({"type": "object", "properties": props, "required": ["a", "b"],
+                    "not": {"required": ["a", "b"]}}, {"type": "string", "not": {}}):
+        with pytest.raises(GrammarError, match="no value|required"):
+            json_grammar(schema, strict=True)
+    g = json_grammar({"type": "string", "maxLength": 2, "not": False}, strict=True)
+    assert not g.relaxed and checker.accepts(g.text, '"ab"')

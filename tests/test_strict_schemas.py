@@ -160,7 +160,8 @@ def _containers(inner: Any) -> Any:
             st.lists(names, max_size=2), st.just(True),
             st.fixed_dictionaries({"required": st.lists(names, max_size=2)})), max_size=2),
         "propertyNames": st.just({"maxLength": 2}),
-        "if": st.just({"required": ["a"]}), "then": st.just({"required": ["b"]})})
+        "if": st.just({"required": ["a"]}), "then": st.just({"required": ["b"]}),
+        "not": st.sampled_from([{"required": ["a"]}, {"required": ["a", "b"]}, {}, False])})
     bare_required = st.fixed_dictionaries({"type": st.just("object"),
                                            "required": st.lists(names, min_size=1, max_size=2,
                                                                 unique=True)})

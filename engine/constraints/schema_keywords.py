@@ -153,7 +153,34 @@ class KeywordRules:
                     raise Unsatisfiable(f"{where}.not: no type is left")
                 node["type"] = kept
                 node.pop("not")
-        return node
+        return self._not_required(node, closed, where) if "not" in node else node
+
+    @staticmethod
+    def _not_required(node: dict[str, Any], closed: bool, where: str) -> dict[str, Any]:
+        """``not`` of nothing (``{}``: no value is allowed; ``false``: says nothing), and
+        ``not: {"required": [...]}`` of a closed object: one of those names is never
+        written (one it does not require left out of its properties; a subset)."""
+        negated = node["not"]
+        if negated is False:
+            return {k: v for k, v in node.items() if k != "not"}
+        if negated is True or (isinstance(negated, dict) and not set(negated) - ANNOTATIONS):
+            raise Unsatisfiable(f"{where}.not: no value is allowed")
+        names = negated.get("required") if isinstance(negated, dict) else None
+        props = node.get("properties")
+        if not (closed and isinstance(props, dict) and isinstance(names, list) and
+                set(negated) - ANNOTATIONS == {"required"} and
+                all(isinstance(n, str) for n in names)):
+            return node
+        if not names:  # every value holds no names
+            raise Unsatisfiable(f"{where}.not: no value is allowed")
+        found = node.get("required")
+        needed: list[Any] = found if isinstance(found, list) else []
+        left = next((n for n in reversed(names) if n not in props), None) or next(
+            (n for n in reversed(names) if n not in needed), None)
+        if left is None:
+            raise Unsatisfiable(f"{where}.not: every name it refuses together is required")
+        return {**{k: v for k, v in node.items() if k != "not"},
+                "properties": {n: v for n, v in props.items() if n != left}}
 
     @staticmethod
     def _open_patterns(node: dict[str, Any], props: dict[str, Any]) -> dict[str, Any]:
