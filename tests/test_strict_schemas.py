@@ -169,7 +169,9 @@ def _containers(inner: Any) -> Any:
     maps = st.fixed_dictionaries({"type": st.just("object")}, optional={
         "additionalProperties": st.one_of(st.booleans(), inner),
         "patternProperties": st.dictionaries(st.sampled_from(["^x_", "b"]), inner, max_size=1),
-        "minProperties": st.integers(0, 2), "maxProperties": st.integers(0, 3)})
+        "minProperties": st.integers(0, 2), "maxProperties": st.integers(0, 3),
+        "propertyNames": st.sampled_from([{"pattern": "^x"}, {"enum": ["a", "x_1"]},
+                                          {"type": "string"}, {"maxLength": 2}])})
     arr = st.fixed_dictionaries({"type": st.just("array")}, optional={
         "items": inner, "minItems": st.integers(0, 3), "maxItems": st.integers(0, 4),
         "uniqueItems": st.booleans(), "prefixItems": st.lists(inner, min_size=1, max_size=2),

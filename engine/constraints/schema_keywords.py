@@ -137,7 +137,9 @@ class KeywordRules:
         elif isinstance(node.get("patternProperties"), dict) and \
                 node.get("additionalProperties") is not False:
             node = self._open_patterns(node, props)
-        if not props:
+        if not props and "propertyNames" in node and "patternProperties" not in node:
+            node = self._map_names(node)
+        if not node.get("properties"):
             node = self._entries(node, where)
         negated = node.get("not")
         if isinstance(negated, dict) and set(negated) == {"type"}:
@@ -254,6 +256,31 @@ class KeywordRules:
         return {**{k: v for k, v in node.items() if k not in (
             "items", "uniqueItems", "minItems", "maxItems")}, "type": "array",
             DISTINCT: [list(values.values()), low]}
+
+    def _map_names(self, node: dict[str, Any]) -> dict[str, Any]:
+        """``propertyNames`` of a map (no declared property, its other keys open or under
+        one schema): names of a string type say nothing; a ``pattern`` is the map's keys
+        (``KEY_PATTERN``, checked as a pattern); listed names are the object's optional
+        properties, each under the other keys' schema, and no other key."""
+        names = deref(node.get("propertyNames"), self.target)
+        extra = node.get("additionalProperties", True)
+        if extra is False or not isinstance(names, dict) or node.get("required"):
+            return node
+        rest = {k: v for k, v in names.items() if k not in ANNOTATIONS}
+        if rest.pop("type", "string") != "string":
+            return node
+        node = {k: v for k, v in node.items() if k != "propertyNames"}
+        if not rest:  # every key is a string
+            return node
+        if set(rest) == {"pattern"} and isinstance(rest["pattern"], str) and rest["pattern"]:
+            return {**node, "type": "object", "additionalProperties": {} if extra is True
+                    else extra, KEY_PATTERN: [rest["pattern"]]}
+        listed = rest.get("enum", [rest["const"]] if "const" in rest else None)
+        if set(rest) <= {"enum", "const"} and isinstance(listed, list) and listed and \
+                len(rest) == 1 and all(isinstance(n, str) for n in listed):
+            return {**node, "type": "object", "properties": {
+                n: {} if extra is True else extra for n in listed}, "additionalProperties": False}
+        return {**node, "propertyNames": names}  # (left: refused under strict)
 
     @staticmethod
     def _entries(node: dict[str, Any], where: str) -> dict[str, Any]:
