@@ -213,6 +213,15 @@ MAP_SHAPES: list[dict[str, Any]] = [
     {"type": "object", "additionalProperties": False}]
 
 
+def _walks_validate(walker: GrammarWalker, grammar: str, schema: Any, seed: int) -> None:
+    """Four random walks of ``grammar``: each that ends validates under ``schema``."""
+    for i in range(4):
+        text = walker.walk(grammar, np.random.default_rng(seed + i))
+        if text is None or "\ufffd" in text:
+            continue  # (see test_a_maps_keys_match_its_patterns)
+        assert schema_errors(json.loads(text), schema) is None, (schema, text)
+
+
 @pytest.mark.model
 @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
 @given(shape=st.sampled_from(MAP_SHAPES), low=st.sampled_from([None, 0, 1, 2]),
@@ -230,11 +239,7 @@ def test_a_maps_count_of_entries_holds(walker: GrammarWalker, shape: dict[str, A
             "patternProperties" not in shape), (schema, exc)
         return
     assert not grammar.relaxed
-    for i in range(4):
-        text = walker.walk(grammar.text, np.random.default_rng(seed + i))
-        if text is None or "\ufffd" in text:
-            continue  # (see test_a_maps_keys_match_its_patterns)
-        assert schema_errors(json.loads(text), schema) is None, (schema, text)
+    _walks_validate(walker, grammar.text, schema, seed)
 
 
 @pytest.mark.model
@@ -337,7 +342,7 @@ def test_not_required_leaves_a_name_out_of_a_closed_object(checker: TextChecker)
     assert checker.accepts(g, '{"b": 1}') and not checker.accepts(g, '{"a": 1, "b": 2}')
     for schema in ({"type": "object", "properties": props, "required": ["a", "b"],
                     "not": {"required": ["a", "b"]}}, {"type": "string", "not": {}}):
-        with pytest.raises(GrammarError, match="no value|required"):
+        with pytest.raises(GrammarError, match=r"no value|required"):
             json_grammar(schema, strict=True)
     g = json_grammar({"type": "string", "maxLength": 2, "not": False}, strict=True)
     assert not g.relaxed and checker.accepts(g.text, '"ab"')
@@ -362,8 +367,47 @@ def test_a_maps_property_names_hold(walker: GrammarWalker, shape: dict[str, Any]
     listed names its only keys, a string type says nothing."""
     grammar = json_grammar(shape, strict=True)
     assert not grammar.relaxed
-    for i in range(4):
-        text = walker.walk(grammar.text, np.random.default_rng(seed + i))
-        if text is None or "\ufffd" in text:
-            continue  # (see test_a_maps_keys_match_its_patterns)
-        assert schema_errors(json.loads(text), shape) is None, (shape, text)
+    _walks_validate(walker, grammar.text, shape, seed)
+
+
+@pytest.mark.model
+def test_the_reviews_breaches_stay_closed(checker: TextChecker) -> None:
+    """What a review of this round found: each wrote a value jsonschema refuses, or broke."""
+    props = {"a": {"type": "integer"}}
+    # not: {required} says nothing of a string: beside a type list, a string fails it
+    with pytest.raises(GrammarError, match="strict"):
+        json_grammar({"type": ["object", "string"], "properties": props,
+                      "additionalProperties": False, "not": {"required": ["a"]}}, strict=True)
+    # a map's keys are not its declared properties: {"a": 1} matched the refused name
+    for m in ({"type": "object", "properties": {}, "propertyNames": {"pattern": "^a$"}},
+              {"type": "object", "properties": {}, "additionalProperties": False,
+               "patternProperties": {"^a$": {"type": "integer"}}}):
+        try:
+            g = json_grammar({**m, "not": {"required": ["a"]}}, strict=True).text
+        except GrammarError:
+            continue
+        assert not checker.accepts(g, '{"a": 1}'), m
+    # items read in their own draft: 1.0 is no integer in draft 4
+    with pytest.raises(GrammarError, match="strict"):
+        json_grammar({"type": "array", "uniqueItems": True, "items": {
+            "$schema": "http://json-schema.org/draft-04/schema#", "type": "integer",
+            "enum": [1.0, 2]}}, strict=True)
+    # a type list's null branch takes no array marker (Gemma 4 wrote JSON quotes)
+    tags = {"type": "array", "nullable": True, "uniqueItems": True,
+            "items": {"enum": ["x", "y"]}}
+    g4 = gemma4_call_grammar([_tool({"type": "object", "required": ["t"], "properties": {
+        "t": tags}}, strict=False)], "<|tool_call>", "<tool_call|>", parallel=False,
+        lazy=False).text
+    q = '<|"|>'
+    for args, ok in ((f"t:[{q}x{q}]", True), ("t:null", True), ('t:["x"]', False)):
+        assert checker.accepts(g4, "<|tool_call>call:f{" + args + "}<tool_call|>") == ok, args
+    # odd types in a proof's allOf part: a 400, not a crash
+    for bad in ({"oneOf": [{"allOf": [{"type": [{}]}]}, {}]},
+                {"oneOf": [{"type": [{}]}, {"type": "integer"}]}):
+        with pytest.raises(GrammarError):
+            json_grammar(bad, strict=True)
+    # no key may stand beside a count of entries: {} only
+    for strict in (True, False):
+        g = json_grammar({"type": "object", "additionalProperties": {"not": {}},
+                          "maxProperties": 2}, strict=strict).text
+        assert checker.accepts(g, "{}") and not checker.accepts(g, '{"k": 1}')

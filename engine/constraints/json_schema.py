@@ -69,6 +69,7 @@ from engine.constraints.schema_patterns import (
 from engine.constraints.schema_terms import (
     ANNOTATIONS,
     ANY_TYPES,
+    BY_TYPE,
     COUNTS,
     ENUM_LIMIT,
     KEY_PATTERN,
@@ -468,16 +469,10 @@ class _Localizer(KeywordRules):
         return out or {"type": list(ANY_TYPES)}
 
 
-_BY_TYPE = {"string": {"pattern", "minLength", "maxLength", "format"},
-            "array": {"items", "prefixItems", "minItems", "maxItems"},
-            "object": {"properties", "required", "additionalProperties"},
-            "integer": {*NUMERIC, "$places"}, "number": {*NUMERIC, "$places"}}
-
-
 def _for_type(rest: dict[str, Any], t: str) -> dict[str, Any]:
     """The keywords of ``rest`` that apply to values of type ``t`` (a type list spread
     into one branch per type: a string's pattern is nothing to an integer)."""
-    other = set().union(*(v for k, v in _BY_TYPE.items() if k != t)) - _BY_TYPE.get(t, set())
+    other = set().union(*(v for k, v in BY_TYPE.items() if k != t)) - BY_TYPE.get(t, set())
     return {k: v for k, v in rest.items() if k not in other}
 
 

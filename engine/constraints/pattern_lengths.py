@@ -14,12 +14,10 @@ the bounds (a subset of what the schema allows, as the other exact rewrites are)
   ``^[a-z0-9-]{4,}$``);
 - its longest too long: each count of the pattern (``*``, ``+``, ``{n,}``, large
   ``{n,m}``) capped at the largest k that brings its longest within ``maxLength`` (its
-  unbounded counts first, all of them if that is not enough);
-- not anchored (a pattern matches anywhere in the string): only when its shortest match is
-  at least ``maxLength`` long, since such a match is then the whole string
-  (``[0-9]{10}`` with ``maxLength: 10`` is ``^(?:[0-9]{10})$``).
+  unbounded counts first, all of them if that is not enough).
 
-Anything else is left to be relaxed or refused as before.
+A pattern not anchored at both ends (one that matches anywhere: the walker writes it with
+any text around it), or one neither rewrite fits, is left to be relaxed or refused.
 """
 
 from __future__ import annotations
@@ -155,28 +153,11 @@ def _count(text: str, piece: re.Match[str]) -> tuple[int, int | None]:
     return low, (None if piece["comma"] and not piece["high"] else int(piece["high"] or low))
 
 
-def _whole(pattern: str, high: int | None) -> str | None:
-    """A pattern not anchored at both ends, anchored, when the string can only be one of its
-    matches: its shortest match at least ``high`` characters long (the string holds a match
-    and is no longer than it). None otherwise."""
-    if high is None:
-        return None
-    body = pattern[1:] if pattern.startswith("^") else pattern
-    if body.endswith("$") and not body.endswith("\\$"):
-        body = body[:-1]
-    whole = f"^(?:{body})$"
-    span = _span(whole)
-    return whole if span is not None and span[0] >= high else None
-
-
 def within_lengths(pattern: str, low: int, high: int | None) -> str | None:
     """``pattern`` such that every string it allows is ``low`` to ``high`` characters long
     (``high`` None: no upper bound); None when that cannot be written (see the module)."""
     if not (pattern.startswith("^") and pattern.endswith("$") and not pattern.endswith("\\$")):
-        whole = _whole(pattern, high)  # (a pattern matches anywhere in the string)
-        if whole is None:
-            return None
-        pattern = whole
+        return None  # a pattern matches anywhere in the string: its length is not its own
     span = _span(pattern)
     if span is not None and span[0] < low:  # too short: its first counts raised
         longer = raised(pattern, low - span[0])

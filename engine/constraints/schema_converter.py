@@ -200,6 +200,10 @@ class _Converter(_G.SchemaConverter):  # type: ignore[misc]
                 key = self._add_primitive("string", _G.PRIMITIVE_RULES["string"])
             other = (f"{prefix}additional",
                      self._add_rule(f"{prefix}additional-kv", f'{key} ":" space {value}'))
+        if count is not None and other is None and not properties:  # no key may stand
+            if count[0]:
+                raise GrammarError("an object that needs a key where no key is allowed")
+            return '"{" space "}" space'
         if count is not None:  # a map's count of entries (nothing else sets it)
             if properties or other is None:
                 raise GrammarError("a count of entries beside declared properties")

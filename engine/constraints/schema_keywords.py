@@ -28,7 +28,7 @@ from engine.constraints.schema_terms import (
     SchemaError,
     Unsatisfiable,
 )
-from engine.constraints.schema_values import ValueCheck, listed_schema
+from engine.constraints.schema_values import ValueCheck, listed_schema, same_draft
 
 _DEPENDENCIES = ("dependentRequired", "dependencies", "dependentSchemas")
 
@@ -60,6 +60,7 @@ class KeywordRules:
     """What the shape of a (sub)schema lets a grammar enforce exactly."""
 
     check: ValueCheck  # the walker's: listed values checked against the root's subschemas
+    root: Any  # the walker's: the schema being walked
 
     def loose(self, where: str, what: str) -> None:
         raise NotImplementedError  # the walker's: relaxed, or refused under strict
@@ -155,21 +156,26 @@ class KeywordRules:
                     raise Unsatisfiable(f"{where}.not: no type is left")
                 node["type"] = kept
                 node.pop("not")
-        return self._not_required(node, closed, where) if "not" in node else node
+        return self._not_required(node, where) if "not" in node else node
 
-    @staticmethod
-    def _not_required(node: dict[str, Any], closed: bool, where: str) -> dict[str, Any]:
+    def _not_required(self, node: dict[str, Any], where: str) -> dict[str, Any]:
         """``not`` of nothing (``{}``: no value is allowed; ``false``: says nothing), and
-        ``not: {"required": [...]}`` of a closed object: one of those names is never
-        written (one it does not require left out of its properties; a subset)."""
+        ``not: {"required": [...]}`` of an object written alone (one type, not nullable)
+        and closed (its declared properties only): one of those names is never written
+        (one it does not require left out of its properties; a subset)."""
         negated = node["not"]
+        if isinstance(negated, dict) and not same_draft(self.root, negated):
+            return node  # (read in its own draft: the walk refuses or records it)
         if negated is False:
             return {k: v for k, v in node.items() if k != "not"}
         if negated is True or (isinstance(negated, dict) and not set(negated) - ANNOTATIONS):
             raise Unsatisfiable(f"{where}.not: no value is allowed")
         names = negated.get("required") if isinstance(negated, dict) else None
         props = node.get("properties")
+        closed = node.get("additionalProperties") in (None, False) and not set(node) & {
+            KEY_PATTERN, ENTRY_COUNT, "patternProperties", "propertyNames"}
         if not (closed and isinstance(props, dict) and isinstance(names, list) and
+                node.get("type", "object") == "object" and node.get("nullable") is not True and
                 set(negated) - ANNOTATIONS == {"required"} and
                 all(isinstance(n, str) for n in names)):
             return node
@@ -239,8 +245,8 @@ class KeywordRules:
         if not isinstance(items, dict) or node.get("type", "array") != "array" or set(node) & {
                 "prefixItems", "contains", "minContains", "maxContains", "unevaluatedItems",
                 "anyOf", "oneOf", "allOf", "not", "if", "$ref", "enum", "const"} or \
-                low not in (0, 1) or isinstance(low, bool):
-            return node
+                type(low) is not int or low > 1 or not same_draft(self.root, items):
+            return node  # (items of another draft: read in it, refused by the walk)
         try:
             found = listed_schema(items, self.check, self.target, f"{where}.items")
         except Unsatisfiable:  # no item at all: the walk says so

@@ -82,10 +82,11 @@ _NUMERIC_TYPES = {"integer", "number"}
 
 
 def _types(schema: dict[str, Any]) -> set[str] | None:
+    """The types ``schema`` names (None: none, or a ``type`` that is no list of names)."""
     t = schema.get("type")
-    if t is None:
-        return None
-    return set(t) if isinstance(t, list) else {t}
+    names: list[Any] = t if isinstance(t, list) else [t]
+    return {str(n) for n in names} if t is not None and all(
+        isinstance(n, str) for n in names) else None
 
 
 def _intersect_types(a: Any, b: Any) -> list[str]:

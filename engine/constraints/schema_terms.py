@@ -28,6 +28,13 @@ ENTRY_COUNT = "$entryCount"
 DISTINCT = "$distinct"
 DISTINCT_LIMIT = 64  # listed values an array of distinct ones is written for
 MARKERS = (ENTRY_COUNT, DISTINCT)  # passed through the walk as they are
+# the words that apply to one type only, as the walk writes them (a type list is spread into
+# one branch per type: a string's pattern, or a map's markers, are nothing to an integer)
+BY_TYPE = {"string": {"pattern", "minLength", "maxLength", "format"},
+           "array": {"items", "prefixItems", "minItems", "maxItems", DISTINCT},
+           "object": {"properties", "required", "additionalProperties", KEY_PATTERN,
+                      ENTRY_COUNT},
+           "integer": {*NUMERIC, "$places"}, "number": {*NUMERIC, "$places"}}
 # keywords that say nothing of a value of another type than theirs
 OBJECT_ONLY = ("minProperties", "maxProperties", "propertyNames", "patternProperties",
                "dependentRequired", "dependencies", "dependentSchemas", "unevaluatedProperties")
