@@ -411,3 +411,24 @@ def test_the_reviews_breaches_stay_closed(checker: TextChecker) -> None:
         g = json_grammar({"type": "object", "additionalProperties": {"not": {}},
                           "maxProperties": 2}, strict=strict).text
         assert checker.accepts(g, "{}") and not checker.accepts(g, '{"k": 1}')
+
+
+@pytest.mark.model
+def test_a_rebased_reference_and_an_old_drafts_prefix_items(checker: TextChecker) -> None:
+    """Two older gaps the review found: a ``$ref`` inside a subschema with its own ``$id``
+    resolves against that subschema (the walk resolved it from the root: ``{"a": 1}`` for
+    a string), and before 2020-12 ``prefixItems`` is no keyword (its tuple was written
+    alone, ``["x"]``, where every item must be an integer)."""
+    rebased = {"$defs": {"x": {"type": "integer"}}, "type": "object", "required": ["a"],
+               "additionalProperties": False, "properties": {"a": {
+                   "$id": "http://e.com/a", "$defs": {"x": {"type": "string"}},
+                   "$ref": "#/$defs/x"}}}
+    with pytest.raises(GrammarError, match=r"\$id"):
+        json_grammar(rebased, strict=True)
+    assert json_grammar(rebased).relaxed
+    anchor = {**rebased, "properties": {"a": {"$id": "#a", "$ref": "#/$defs/x"}}}
+    assert not json_grammar(anchor, strict=True).relaxed  # an anchor is no new base
+    old = {"$schema": "http://json-schema.org/draft-07/schema#", "type": "array",
+           "prefixItems": [{"type": "string"}], "items": {"type": "integer"}}
+    g = json_grammar(old, strict=True).text
+    assert not checker.accepts(g, '["x"]') and checker.accepts(g, "[1, 2]")

@@ -86,7 +86,7 @@ from engine.constraints.schema_terms import (
     SchemaError,
     Unsatisfiable,
 )
-from engine.constraints.schema_values import ValueCheck, listed_schema, same_draft
+from engine.constraints.schema_values import ValueCheck, listed_schema, rebased_refs, same_draft
 
 __all__ = ["ENUM_LIMIT", "MAX_SCHEMA_NODES", "REPEAT_LIMIT", "SchemaError", "SchemaSet",
            "Unsatisfiable", "relax_pattern"]
@@ -113,6 +113,8 @@ class SchemaSet:
         walker = _Localizer(schema, scope, self, where, strict)
         if isinstance(schema, dict) and "draft-03" in str(schema.get("$schema", "")):
             walker.loose(f"{where}.$schema", "draft 3 (its divisibleBy, disallow, extends)")
+        if rebased_refs(schema):  # (the walk resolves every reference from the root)
+            walker.loose(f"{where}.$id", "a reference inside a subschema with its own $id")
         try:
             return walker.walk(schema, where)
         except RecursionError:
@@ -230,6 +232,8 @@ class _Localizer(KeywordRules):
                                       f"limit of {MAX_OPTIONAL_PROPERTIES} for a grammar: "
                                       "list more of them in 'required' or split the object")
                 out[key] = self._properties(value, required, f"{where}.{key}")
+            elif key == "prefixItems" and not self.reading.tuples:
+                continue  # no keyword in the root's draft: the validator reads none
             elif key in SCHEMA_LISTS:
                 if not isinstance(value, list) or not value:
                     raise SchemaError(f"{where}.{key} must be a non-empty list of schemas")

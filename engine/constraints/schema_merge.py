@@ -218,13 +218,16 @@ class Reading:
     resolve: Callable[[str], Any]
     refs_alone: bool = False
     const: bool = True
+    tuples: bool = True  # prefixItems is a keyword (2020-12 on; before, items lists)
 
     @classmethod
     def of(cls, root: Any, resolve: Callable[[str], Any]) -> Reading:
         draft = root.get("$schema", "") if isinstance(root, dict) else ""
         draft = draft if isinstance(draft, str) else ""
-        return cls(resolve, refs_alone=any(f"draft-0{n}" in draft for n in (3, 4, 6, 7)),
-                   const=not any(f"draft-0{n}" in draft for n in (3, 4)))
+        old = any(f"draft-0{n}" in draft for n in (3, 4, 6, 7))
+        return cls(resolve, refs_alone=old,
+                   const=not any(f"draft-0{n}" in draft for n in (3, 4)),
+                   tuples=not old and "2019-09" not in draft)
 
     def node(self, schema: Any) -> Any:
         """``schema`` as the validator reads it: references followed (a few links), a

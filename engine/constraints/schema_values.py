@@ -106,6 +106,26 @@ def same_draft(root: Any, node: dict[str, Any]) -> bool:
                     root if isinstance(root, dict) else {}, jsonschema.Draft202012Validator))
 
 
+def rebased_refs(root: Any) -> bool:
+    """Whether a local ``$ref`` sits inside a subschema with its own base (``$id``, or
+    draft 4's ``id``, naming a URI rather than a ``#`` anchor): the validator resolves it
+    against that subschema, where this project resolves every reference from the root."""
+    draft4 = isinstance(root, dict) and "draft-04" in str(root.get("$schema", ""))
+    stack: list[tuple[Any, bool]] = [(root, False)]
+    while stack:
+        node, inside = stack.pop()
+        if isinstance(node, dict):
+            base = node.get("id" if draft4 else "$id")
+            inside = inside or (node is not root and isinstance(base, str) and
+                                not base.startswith("#"))
+            if inside and isinstance(node.get("$ref"), str):
+                return True
+            stack += [(v, inside) for v in node.values() if isinstance(v, (dict, list))]
+        elif isinstance(node, list):
+            stack += [(v, inside) for v in node if isinstance(v, (dict, list))]
+    return False
+
+
 def listed(node: dict[str, Any], resolve: Callable[[str], Any]
            ) -> tuple[list[Any], dict[str, Any]] | None:
     """The values ``node`` lists, itself or in one of its ``allOf`` parts (a part may be a
