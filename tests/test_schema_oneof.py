@@ -203,8 +203,12 @@ def test_draft_3_is_refused_under_strict() -> None:
 # disjoint's proofs as a property: whatever it calls apart, no value validates under both
 LEAVES: list[Any] = [{"type": "null"}, {"type": "string"}, {"type": "integer"},
                      {"enum": ["GET", "POST"]}, {"const": 1}, {"enum": [1.0, None]},
-                     {"type": "object"}, {"type": "array"}, {}, {"minimum": 2}]
-PROBES: list[Any] = [None, "GET", "x", 1, 1.0, 2, 2.5, True, [], [1], {},
+                     {"type": "object"}, {"type": "array"}, {}, {"minimum": 2},
+                     {"type": "string", "pattern": "^ab"}, {"type": "string", "pattern": "^b"},
+                     {"pattern": "^a"}, {"type": "string", "pattern": "^a|b"},
+                     {"type": "string", "pattern": "^a?b"}, {"type": "string", "pattern": "b$"}]
+PROBES: list[Any] = [None, "GET", "x", 1, 1.0, 2, 2.5, True, [], [1], {}, "ab", "b", "abc",
+                     "bb", "ba", "xa", "a",
                      {"kind": "a"}, {"kind": "b"}, {"kind": "a", "n": 1}, {"kind": 1},
                      {"n": "x"}, {"kind": None}]
 
@@ -249,3 +253,24 @@ def test_unions_parts_and_listed_values_are_read_apart() -> None:
     parts = {"allOf": [{"type": "object", "required": ["type"]}]}
     assert disjoint({**parts, "properties": {"type": {"enum": ["x"]}}},
                     {**parts, "properties": {"type": {"enum": ["y"]}}}, read)
+
+
+@pytest.mark.model
+def test_branches_told_apart_by_a_discriminator_or_a_pattern_start(
+        walker: GrammarWalker) -> None:
+    """A discriminator neither branch requires (``{"type": {"enum": ["callback"]}}`` against
+    ``["field", "value"]``: an object without it matched both) is made required in each
+    branch; anchored patterns that start apart (``^https?://`` and ``^\\./``) cannot both
+    match."""
+    for schema in (
+            {"type": "object", "oneOf": [
+                {"properties": {"type": {"enum": ["callback"]}, "value": {"type": "string"}}},
+                {"properties": {"type": {"enum": ["field", "value"]},
+                                "value": {"type": ["string", "null"]}}}]},
+            {"oneOf": [{"type": "string", "pattern": "^https?://.+$"},
+                       {"type": "string", "pattern": "^\\./.+$"}]}):
+        grammar = json_grammar(schema, strict=True)
+        for seed in range(6):
+            text = walker.walk(grammar.text, np.random.default_rng(seed))
+            if text is not None and "\ufffd" not in text:
+                assert schema_errors(json.loads(text), schema) is None, (schema, text)

@@ -269,6 +269,11 @@ def _disjoint(a: Any, b: Any, read: Reading, depth: int, steps: list[int]) -> bo
     va, vb = listed_keys(a, read, steps), listed_keys(b, read, steps)
     if va is not None and vb is not None and not va & vb:
         return True
+    if {"string"} in (ta, tb) and isinstance(a.get("pattern"), str) and \
+            isinstance(b.get("pattern"), str):  # (a pattern says nothing of a number)
+        xa, xb = literal_start(a["pattern"]), literal_start(b["pattern"])
+        if not (xa.startswith(xb) or xb.startswith(xa)):
+            return True  # "^https?://" and "^\\./" start apart
     if depth <= 0:
         return False
     for one, other in ((a, b), (b, a)):  # a union: each of its branches apart from the other
@@ -284,6 +289,26 @@ def _disjoint(a: Any, b: Any, read: Reading, depth: int, steps: list[int]) -> bo
     # the other's for it
     return any(_disjoint(x, y, read, depth - 1, steps)
                for n in (ra | rb) & set(pa) & set(pb) for x in pa[n] for y in pb[n])
+
+
+def literal_start(pattern: str) -> str:
+    """The text every match of an anchored ``pattern`` starts with ("" when it is not
+    anchored, or has alternatives): its characters up to the first that is not a plain one, less one a count
+    follows."""
+    if not pattern.startswith("^") or "|" in pattern:  # (an option may start elsewhere)
+        return ""
+    out, i = [], 1
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\" and i + 1 < len(pattern) and not pattern[i + 1].isalnum():
+            c, i = pattern[i + 1], i + 1  # an escaped punctuation mark: itself
+        elif c in ".[](){}|*+?^$\\":
+            break
+        if i + 1 < len(pattern) and pattern[i + 1] in "*?{":
+            break  # (this character may be absent; "+" keeps one)
+        out.append(c)
+        i += 1
+    return "".join(out)
 
 
 def _fields(node: dict[str, Any], read: Reading, steps: list[int], depth: int

@@ -19,7 +19,8 @@ the ``oneOf``):
   declare with values no value matches twice: nothing written here matches there;
 - else the branch is narrowed, a subset of what it allows: the names the other requires
   that this one does not are left out of its object; against a closed other, its first
-  property the other does not allow is made required.
+  property the other does not allow is made required; else its first property whose
+  values the other's schema for it cannot take (a discriminator neither requires).
 
 A branch that cannot be kept apart from every other is not written (``None`` in its place);
 the caller refuses, relaxes, or writes the rest. Pure Python.
@@ -111,8 +112,14 @@ def _narrowed(gen: Any, other: Any, read: Reading, strict: bool) -> Any | None:
     allowed = _allowed(raw)
     extra = [n for n, schema in props.items() if allowed is not None and n not in allowed
              and schema is not False]
-    if extra:  # always write a name other does not allow
-        node["required"] = [*(node.get("required") or []), extra[0]]
+    found = raw.get("properties")
+    theirs: dict[str, Any] = found if isinstance(found, dict) else {}
+    # always write a name other does not allow, or one whose values other's cannot take
+    # (a discriminator neither requires: {"type": {"enum": ["a"]}} against ["b"])
+    apart = extra or [n for n, schema in props.items() if n in theirs and n not in required
+                      and _apart(schema, theirs[n], read)]
+    if apart:
+        node["required"] = [*(node.get("required") or []), apart[0]]
         return node
     return None
 
