@@ -432,3 +432,33 @@ def test_a_rebased_reference_and_an_old_drafts_prefix_items(checker: TextChecker
            "prefixItems": [{"type": "string"}], "items": {"type": "integer"}}
     g = json_grammar(old, strict=True).text
     assert not checker.accepts(g, '["x"]') and checker.accepts(g, "[1, 2]")
+
+
+@pytest.mark.model
+def test_the_second_reviews_findings_stay_closed(checker: TextChecker) -> None:
+    """A draft is read from the exact ``$schema`` address, as jsonschema reads it (an
+    https draft-04 address names none: 2020-12, where ``$id`` rebases); ``items: false``
+    with no tuple allows no item; a boolean ``exclusiveMinimum`` outside draft 4 is a
+    number to jsonschema (``true`` is 1), refused under strict; a branch's property under
+    ``false`` is never the one made required."""
+    with pytest.raises(GrammarError, match=r"\$id"):
+        json_grammar({"$schema": "https://json-schema.org/draft-04/schema#", "type": "object",
+                      "required": ["a"], "properties": {"a": {
+                          "$id": "http://x/a", "$ref": "#/$defs/s",
+                          "$defs": {"s": {"type": "integer"}}}},
+                      "$defs": {"s": {"type": "string"}}}, strict=True)
+    for schema in ({"type": "array", "items": False},
+                   {"$schema": "http://json-schema.org/draft-07/schema#", "type": "array",
+                    "prefixItems": [{"type": "string"}], "items": False}):
+        g = json_grammar(schema, strict=True).text
+        assert checker.accepts(g, "[]") and not checker.accepts(g, '["x"]'), schema
+    bounded = {"type": "integer", "minimum": 0, "exclusiveMinimum": True, "maximum": 3}
+    with pytest.raises(GrammarError, match="exclusiveMinimum"):
+        json_grammar(bounded, strict=True)
+    assert json_grammar(bounded).relaxed
+    g = json_grammar({**bounded, "$schema": "http://json-schema.org/draft-04/schema#"},
+                     strict=True).text
+    assert checker.accepts(g, "1") and not checker.accepts(g, "0")
+    json_grammar({"oneOf": [
+        {"properties": {"k": False, "a": {"type": "string"}}, "additionalProperties": False},
+        {"properties": {"k": {"const": 1}, "b": {"type": "string"}}}]}, strict=True)

@@ -27,18 +27,16 @@ schema all pass through ``SchemaSet.add`` before conversion. It copies the schem
   524288`` on a free-text field: written out as nested optional rules, that bound alone
   ran llama.cpp's grammar parser out of stack and killed the process.
 
-Exactness. Numeric bounds (``schema_numbers``), patterns (``schema_patterns``,
-JSON-string-safe and anchored), formats (``schema_merge.FORMATS``), ``allOf`` and the
-keywords beside an ``anyOf`` (merged), ``oneOf`` (branches no value can match twice, or
-written apart: ``schema_oneof``), the ``required`` of an object without ``properties``,
-``not`` of a type, ``dependentRequired``, ``patternProperties`` and ``propertyNames`` over
-the declared properties of a closed object, a map's keys (``patternProperties`` beside
-``additionalProperties: false``), and listed values (``enum`` / ``const``) beside any
-keyword, each checked by the validator (``schema_values``), are enforced exactly. What is
-still not enforced (``if`` / ``then``, ``uniqueItems``, ``contains`` …, a relaxed count) is,
+Exactness. Numeric bounds (``schema_numbers``), patterns (``schema_patterns``, JSON-string
+safe and anchored; lengths beside them: ``pattern_lengths``), formats
+(``schema_merge.FORMATS``), ``allOf`` and the keywords beside an ``anyOf`` (merged),
+``oneOf`` (branches no value can match twice, or written apart: ``schema_oneof``), listed
+values beside any keyword (each checked by the validator: ``schema_values``), and the
+object, map and array keywords ``schema_keywords`` rewrites are enforced exactly, or as a
+subset. What is still not enforced (``if`` / ``then``, ``contains`` …, a relaxed count) is,
 for a ``strict`` schema, a ``SchemaError`` naming the keyword and its path (OpenAI's strict
-mode enforces a schema or refuses it); otherwise it is left out,
-recorded in ``SchemaSet.relaxed``, and the grammar accepts a superset of the schema.
+mode enforces a schema or refuses it); otherwise it is left out, recorded in
+``SchemaSet.relaxed``, and the grammar accepts a superset of the schema.
 """
 
 from __future__ import annotations
@@ -244,7 +242,7 @@ class _Localizer(KeywordRules):
                 elif key == "items" and isinstance(value, list):  # draft 4 tuples
                     out["prefixItems"] = [self.walk(v, f"{where}.items[{i}]")
                                           for i, v in enumerate(value)]
-                elif key == "items" and value is False:
+                elif key == "items" and value is False:  # (no tuple: schema_keywords)
                     continue  # nothing after prefixItems: the converter writes none anyway
                 elif key == "additionalProperties":
                     try:
@@ -290,6 +288,8 @@ class _Localizer(KeywordRules):
                     self.loose(f"{where}.{key}", f"{value} relaxed (unbounded)")
             elif key in NUMERIC:
                 draft4 = isinstance(value, bool) and key.startswith("exclusive")
+                if draft4 and self.reading.const:  # (jsonschema compares it as 0 or 1)
+                    self.loose(f"{where}.{key}", "a boolean, a flag in draft 4 only")
                 if not draft4 and (not isinstance(value, (int, float)) or
                                    isinstance(value, bool) or not math.isfinite(value)):
                     raise SchemaError(f"{where}.{key} must be a finite number")

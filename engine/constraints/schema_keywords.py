@@ -11,7 +11,7 @@ from typing import Any
 
 import jsonschema
 
-from engine.constraints.schema_merge import deref, value_key
+from engine.constraints.schema_merge import Reading, deref, value_key
 from engine.constraints.schema_numbers import decimal, int_bounds, number_bounds
 from engine.constraints.schema_terms import (
     ANNOTATIONS,
@@ -61,6 +61,7 @@ class KeywordRules:
 
     check: ValueCheck  # the walker's: listed values checked against the root's subschemas
     root: Any  # the walker's: the schema being walked
+    reading: Reading  # the walker's: as the validator reads the root's draft
 
     def loose(self, where: str, what: str) -> None:
         raise NotImplementedError  # the walker's: relaxed, or refused under strict
@@ -75,6 +76,9 @@ class KeywordRules:
         node.pop(KEY_PATTERN, None)  # only _map_keys writes it
         node.pop(ENTRY_COUNT, None)  # only _entries writes it
         node.pop(DISTINCT, None)  # only _distinct writes it
+        if node.get("items") is False and not (
+                isinstance(node.get("prefixItems"), list) and self.reading.tuples):
+            node = {**{k: v for k, v in node.items() if k != "items"}, "maxItems": 0}
         kinds = node.get("type")
         kinds = kinds if isinstance(kinds, list) else [kinds]
         if kinds and all(isinstance(k, str) and k in TYPES for k in kinds):

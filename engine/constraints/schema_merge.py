@@ -18,6 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import jsonschema
+
 from engine.constraints.lark_rules import CUSTOM_GRAMMAR
 from engine.constraints.schema_terms import KEYWORDS
 
@@ -222,12 +224,11 @@ class Reading:
 
     @classmethod
     def of(cls, root: Any, resolve: Callable[[str], Any]) -> Reading:
-        draft = root.get("$schema", "") if isinstance(root, dict) else ""
-        draft = draft if isinstance(draft, str) else ""
-        old = any(f"draft-0{n}" in draft for n in (3, 4, 6, 7))
-        return cls(resolve, refs_alone=old,
-                   const=not any(f"draft-0{n}" in draft for n in (3, 4)),
-                   tuples=not old and "2019-09" not in draft)
+        """As jsonschema reads ``root``: its draft from the exact ``$schema`` address
+        (``https://json-schema.org/draft-07/schema#`` names none: 2020-12)."""
+        draft = draft_of(root)
+        return cls(resolve, refs_alone=draft in (3, 4, 6, 7), const=draft > 4,
+                   tuples=draft == 2020)
 
     def node(self, schema: Any) -> Any:
         """``schema`` as the validator reads it: references followed (a few links), a
@@ -241,6 +242,16 @@ class Reading:
                 schema = {k: v for k, v in schema.items() if k != "const"}
             return schema
         return None
+
+
+def draft_of(root: Any) -> int:
+    """The draft jsonschema reads ``root`` in (3, 4, 6, 7, 2019 or 2020), from its exact
+    ``$schema`` address, 2020-12 when it names none it knows."""
+    cls = jsonschema.validators.validator_for(root if isinstance(root, dict) else {},
+                                              jsonschema.Draft202012Validator)
+    return {jsonschema.Draft3Validator: 3, jsonschema.Draft4Validator: 4,
+            jsonschema.Draft6Validator: 6, jsonschema.Draft7Validator: 7,
+            jsonschema.Draft201909Validator: 2019}.get(cls, 2020)
 
 
 PROOF_STEPS = 256  # schemas one disjointness proof may read: past them, "not disjoint"
@@ -293,8 +304,8 @@ def _disjoint(a: Any, b: Any, read: Reading, depth: int, steps: list[int]) -> bo
 
 def literal_start(pattern: str) -> str:
     """The text every match of an anchored ``pattern`` starts with ("" when it is not
-    anchored, or has alternatives): its characters up to the first that is not a plain one, less one a count
-    follows."""
+    anchored, or has alternatives): its characters up to the first that is not a plain
+    one, less one a count follows."""
     if not pattern.startswith("^") or "|" in pattern:  # (an option may start elsewhere)
         return ""
     out, i = [], 1

@@ -117,7 +117,7 @@ def _narrowed(gen: Any, other: Any, read: Reading, strict: bool) -> Any | None:
     # always write a name other does not allow, or one whose values other's cannot take
     # (a discriminator neither requires: {"type": {"enum": ["a"]}} against ["b"])
     apart = extra or [n for n, schema in props.items() if n in theirs and n not in required
-                      and _apart(schema, theirs[n], read)]
+                      and schema is not False and _apart(schema, theirs[n], read)]
     if apart:
         node["required"] = [*(node.get("required") or []), apart[0]]
         return node

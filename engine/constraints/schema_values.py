@@ -22,7 +22,7 @@ from urllib.parse import quote
 
 import jsonschema
 
-from engine.constraints.schema_merge import deref
+from engine.constraints.schema_merge import deref, draft_of
 from engine.constraints.schema_terms import ANNOTATIONS, ENUM_LIMIT, Unsatisfiable
 
 try:
@@ -110,7 +110,7 @@ def rebased_refs(root: Any) -> bool:
     """Whether a local ``$ref`` sits inside a subschema with its own base (``$id``, or
     draft 4's ``id``, naming a URI rather than a ``#`` anchor): the validator resolves it
     against that subschema, where this project resolves every reference from the root."""
-    draft4 = isinstance(root, dict) and "draft-04" in str(root.get("$schema", ""))
+    draft4 = draft_of(root) <= 4
     stack: list[tuple[Any, bool]] = [(root, False)]
     while stack:
         node, inside = stack.pop()
