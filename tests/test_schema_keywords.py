@@ -462,3 +462,14 @@ def test_the_second_reviews_findings_stay_closed(checker: TextChecker) -> None:
     json_grammar({"oneOf": [
         {"properties": {"k": False, "a": {"type": "string"}}, "additionalProperties": False},
         {"properties": {"k": {"const": 1}, "b": {"type": "string"}}}]}, strict=True)
+
+
+@pytest.mark.model
+def test_item_counts_hold_in_a_type_lists_array_branch(checker: TextChecker) -> None:
+    """The array branch of a type list (and a typeless schema) with counts but no ``items``
+    was the converter's bare array, counts ignored: ``[1, 2]`` under ``maxItems: 1``."""
+    for schema, ok, bad in (({"type": ["array", "string"], "maxItems": 1}, '[1]', '[1, 2]'),
+                            ({"type": ["array", "null"], "items": False}, "[]", "[1]"),
+                            ({"items": False}, "[]", "[1]")):
+        g = json_grammar(schema, strict=True).text
+        assert checker.accepts(g, ok) and not checker.accepts(g, bad), schema

@@ -198,8 +198,11 @@ def _containers(inner: Any) -> Any:
             "type": st.sampled_from([["integer", "null", "string"], "number"])}),
         st.fixed_dictionaries({"type": st.sampled_from([["integer", "null"],
                                                         ["string", "null"], ["number", "null"],
-                                                        ["number", "string"]])}, optional={
+                                                        ["number", "string"],
+                                                        ["array", "string"]])}, optional={
             "minimum": st.integers(0, 5), "maxLength": st.integers(1, 3),
+            "minItems": st.integers(0, 2), "maxItems": st.integers(0, 2),
+            "items": st.just(False),
             "multipleOf": st.sampled_from([1, 1.0, 0.5, 0.01, 3])}))
     return st.one_of(obj, bare_required, maps, arr, unions)
 

@@ -449,8 +449,8 @@ class _Localizer(KeywordRules):
             out = {**out, "type": "object",
                    "properties": {n: value for n in out["required"]},
                    "additionalProperties": False if self.strict else extra}
-        if out.get("type") == "array" and "items" not in out and "prefixItems" not in out \
-                and ("minItems" in out or "maxItems" in out):
+        if _type_may_be(out, "array") and "items" not in out and "prefixItems" not in out \
+                and ("minItems" in out or "maxItems" in out):  # (the port's bare array: any)
             out = {**out, "items": {"type": list(ANY_TYPES)}}
         if "prefixItems" in out:
             # the converter writes the tuple alone (it reads 'items' first): the items

@@ -99,11 +99,7 @@ def same_draft(root: Any, node: dict[str, Any]) -> bool:
     """Whether ``node`` is read in ``root``'s draft: jsonschema reads a subschema that names
     its own ``$schema`` in that draft (so a draft-4 subtree of a 2020-12 root calls 1.0 no
     integer), where this project reads every subschema as the root."""
-    if not isinstance(node.get("$schema"), str):
-        return True
-    return bool(jsonschema.validators.validator_for(node, jsonschema.Draft202012Validator)
-                is jsonschema.validators.validator_for(
-                    root if isinstance(root, dict) else {}, jsonschema.Draft202012Validator))
+    return not isinstance(node.get("$schema"), str) or draft_of(node) == draft_of(root)
 
 
 def rebased_refs(root: Any) -> bool:
