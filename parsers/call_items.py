@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from parsers import json_text
-from parsers.response_schema import coerce
+from parsers.response_schema import MarkupText, coerce
 
 _FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
 Tools = dict[str, dict[str, Any]]  # offered tools by name -> their function object
@@ -30,8 +30,10 @@ def new_call_id() -> str:
     return "call_" + secrets.token_hex(12)
 
 
-def read_call(item: Any, tools: Tools) -> ToolCall | None:
-    """One parsed call item as a ``ToolCall`` (None: not a call)."""
+def read_call(item: Any, tools: Tools,
+              json_parameters: dict[str, frozenset[str]] | None = None) -> ToolCall | None:
+    """One parsed call item as a ``ToolCall`` (None: not a call); ``json_parameters``: by
+    tool, the parameters that call markup's grammar wrote as JSON (``coerce_arguments``)."""
     if not isinstance(item, dict):
         return None
     fn = item.get("function", item)
@@ -51,7 +53,8 @@ def read_call(item: Any, tools: Tools) -> ToolCall | None:
         except ValueError:
             return ToolCall(new_call_id(), name, json.dumps({"_raw": args}))
     if isinstance(args, dict):
-        args = coerce_arguments(args, tools.get(name, {}).get("parameters"))
+        args = coerce_arguments(args, tools.get(name, {}).get("parameters"),
+                                (json_parameters or {}).get(name))
     return ToolCall(new_call_id(), name, json.dumps(args, ensure_ascii=False))
 
 
@@ -79,13 +82,32 @@ def read_bare_calls(text: str, tools: Tools) -> list[ToolCall] | None:
     return calls or None
 
 
-def coerce_arguments(args: dict[str, Any], parameters: Any) -> dict[str, Any]:
-    """Values parsed as text (XML parameters) take the types the tool declares."""
+def coerce_arguments(args: dict[str, Any], parameters: Any,
+                     as_json: frozenset[str] | None = None) -> dict[str, Any]:
+    """Values parsed as text take the types the tool declares. Where the call's grammar
+    said how it wrote each value of key/value markup (``as_json``: the names written as
+    JSON), a ``MarkupText`` value is read back the same way: JSON for those names, the
+    text itself for the others (a typeless ``enum: [1, 2]``, Pydantic's ``Optional[int]``
+    or a ``$ref`` are JSON; a ``["string", "integer"]`` parameter's ``5`` is the text)."""
     props = parameters.get("properties", {}) if isinstance(parameters, dict) else {}
     out = {}
     for key, value in args.items():
         spec = props.get(key)
-        if isinstance(spec, dict) and isinstance(value, str) and "type" in spec:
+        if as_json is not None and isinstance(value, MarkupText):
+            value = _as_written(str(value), key in as_json, spec)
+        elif isinstance(spec, dict) and isinstance(value, str) and "type" in spec:
             value = coerce(value, spec["type"])
         out[key] = value
     return out
+
+
+def _as_written(text: str, as_json: bool, spec: Any) -> Any:
+    """A markup value the grammar wrote as JSON (else bare text). Text that is not JSON
+    after all (a grammar the request sent, a model that was not held to one) falls back
+    to the declared type's coercion."""
+    if not as_json:
+        return text
+    try:
+        return json_text.loads(text)
+    except ValueError:
+        return coerce(text, spec["type"]) if isinstance(spec, dict) and "type" in spec else text

@@ -35,12 +35,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from parsers import json_text
-from parsers.call_items import (
-    ToolCall,
-    new_call_id,
-    read_bare_calls,
-    read_call,
-)
+from parsers.call_items import ToolCall, new_call_id, read_bare_calls, read_call
 from parsers.response_schema import StreamLayout, apply_schema
 
 __all__ = ["CallChunk", "MessageDelta", "MessageStream", "ToolCall", "new_call_id"]
@@ -141,10 +136,13 @@ class MessageStream:
     REASONING, CONTENT, CALL, AFTER_CALLS, BARE_JSON = range(5)
 
     def __init__(self, layout: StreamLayout, *, in_reasoning: bool = False,
-                 tools: list[dict[str, Any]] | None = None, bare_json_calls: bool = True) -> None:
+                 tools: list[dict[str, Any]] | None = None, bare_json_calls: bool = True,
+                 json_parameters: dict[str, frozenset[str]] | None = None) -> None:
         self.layout = layout
         self.tools = {t["function"]["name"]: t["function"] for t in tools or []
                       if isinstance(t.get("function"), dict) and "name" in t["function"]}
+        # call markup's parameters its grammar wrote as JSON, by tool (the rest: bare text)
+        self.json_parameters = json_parameters or {}
         self.bare_json = bare_json_calls and bool(self.tools)
         self.state = self.REASONING if in_reasoning and layout.reasoning_end else self.CONTENT
         self.buf = layout.prompt_tail or ""  # (read as if the model wrote it)
@@ -480,7 +478,7 @@ class MessageStream:
         return self._tool_call(item)
 
     def _tool_call(self, item: Any) -> ToolCall | None:
-        return read_call(item, self.tools)
+        return read_call(item, self.tools, self.json_parameters)
 
     def _bare_calls(self, text: str) -> list[ToolCall] | None:
         return read_bare_calls(text, self.tools)

@@ -39,6 +39,14 @@ def _compile(pattern: str) -> re.Pattern[str]:
         raise SchemaError(f"bad regex {pattern!r}: {exc}") from None
 
 
+class MarkupText(str):
+    """A value read from key/value call markup: the text as written, which is a bare
+    string or a value's JSON, depending on how the family's grammar wrote it
+    (``parsers.call_items.coerce_arguments``)."""
+
+    __slots__ = ()
+
+
 def _extract(schema: dict[str, Any], value: Any) -> Any:
     """The raw value of this node, before coercion (None: absent)."""
     if not isinstance(value, str):
@@ -56,7 +64,7 @@ def _extract(schema: dict[str, Any], value: Any) -> Any:
         return [m.group(1) if rx.groups else m.group(0) for m in rx.finditer(value)] or None
     if "x-regex-key-value" in schema and isinstance(value, str):
         rx = _compile(schema["x-regex-key-value"])
-        return {m.group("key"): m.group("value") for m in rx.finditer(value)}
+        return {m.group("key"): MarkupText(m.group("value")) for m in rx.finditer(value)}
     return value
 
 

@@ -416,3 +416,19 @@ def family_of(name: str) -> Family:
     family = detect(template(name)) or derive(ChatTemplate(template(name), "<s>", "</s>")).family
     assert family is not None, name
     return family
+
+
+# parameters no single scalar ``type`` describes, as Pydantic and hand-written tools send
+# them: call markup writes some as JSON and some as bare text, and each must read back as
+# its grammar wrote it, not by the raw schema's ``type`` (a typeless enum came back "2")
+TYPED = {"type": "function", "function": {"name": "configure", "strict": True, "parameters": {
+    "type": "object", "properties": {
+        "level": {"enum": [1, 2, 3]},  # typeless listed values: JSON
+        "limit": {"anyOf": [{"type": "integer", "minimum": 0, "maximum": 9},
+                            {"type": "null"}]},  # Pydantic's Optional[int]: JSON
+        "unit": {"$ref": "#/$defs/Unit"},  # an IntEnum: JSON
+        # a type list: strict writes it as a union of JSON values (the string quoted)
+        "code": {"type": ["string", "integer"], "maxLength": 3, "minimum": 100},
+        "word": {"allOf": [{"type": "string"}, {"maxLength": 4}]}},  # merged: text
+    "required": ["level", "limit", "unit", "code", "word"], "additionalProperties": False,
+    "$defs": {"Unit": {"type": "integer", "enum": [10, 20]}}}}}

@@ -17,11 +17,12 @@ from typing import Any
 import jsonschema
 import numpy as np
 import pytest
-from family_cases import CASES, DERIVED, DETECTED, TOOLS, ParseCase, family_of
+from family_cases import CASES, DERIVED, DETECTED, TOOLS, TYPED, ParseCase, family_of
 from grammar_walk import GrammarWalker
 from llama_templates import all_templates, template
 
 from conftest import model_path
+from engine.constraints.grammar import xml_tool_call_grammar
 from engine.constraints.grammar_shapes import shaped_call_grammar
 from parsers.chat_template import ChatTemplate, TemplateError
 from parsers.families import FAMILIES, by_name, detect
@@ -166,6 +167,50 @@ def test_forced_calls_written_by_the_family_grammar_are_valid(family: Any,
             for call in got.tool_calls:
                 jsonschema.validate(json.loads(call.arguments), schemas[call.name])
         assert ended >= 2, f"only {ended} of 4 walks ended"
+
+
+PAIRED = [f for f in SHAPED if f.shape.pairs and not f.shape.json_values]
+
+
+def _typed_walks(grammar: Any, layout: StreamLayout, walker: GrammarWalker,
+                 json_parameters: dict[str, frozenset[str]]) -> int:
+    """Walks of ``grammar`` (TYPED forced) read back with ``json_parameters``: every
+    call's arguments validate; how many walks ended."""
+    schema = TYPED["function"]["parameters"]
+    ended = 0
+    for seed in range(6):  # (the longest markup, Hy3's, takes ~500 steps a call)
+        text = walker.walk(grammar.text, np.random.default_rng(seed), max_steps=1200)
+        if text is None:
+            continue
+        ended += 1
+        stream = MessageStream(layout, tools=[TYPED], json_parameters=json_parameters)
+        stream.feed(text)
+        stream.finish("stop")
+        assert stream.message.tool_calls, text
+        for call in stream.message.tool_calls:
+            jsonschema.validate(json.loads(call.arguments), schema)
+    return ended
+
+
+@pytest.mark.parametrize("family", [*PAIRED, by_name("qwen3-xml")],
+                         ids=[*(f.name for f in PAIRED), "qwen3-xml"])
+def test_markup_values_read_back_as_the_grammar_wrote_them(family: Any,
+                                                            walker: GrammarWalker) -> None:
+    """Key/value call markup (and Qwen3's XML) of parameters typed by no single ``type``:
+    random walks of the strict forced-call grammar read back valid, with the grammar's
+    record of which values it wrote as JSON (``Grammar.json_parameters``)."""
+    layout = stream_layout(family.schema)
+    if family.shape is not None:
+        grammar = shaped_call_grammar([TYPED], family.shape, parallel=False, lazy=False)
+    else:
+        assert layout.call_start and layout.call_end
+        grammar = xml_tool_call_grammar([TYPED], layout.call_start, layout.call_end,
+                                        parallel=False, lazy=False)
+    written = dict(grammar.json_parameters)
+    assert set(written) == {"configure"}
+    assert {"level", "limit", "unit"} <= written["configure"] and \
+        "word" not in written["configure"]
+    assert _typed_walks(grammar, layout, walker, written) >= 3
 
 
 def test_lazy_family_grammar_waits_for_the_marker() -> None:

@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 import jsonschema
 import pytest
-from family_cases import CASES, DERIVED, DETECTED, ParseCase, family_of
+from family_cases import CASES, DERIVED, DETECTED, TYPED, ParseCase, family_of
 from make_family_models import write_template_model
 from openai import BadRequestError, OpenAI
 from plan_cases import TIME
@@ -214,6 +214,26 @@ def test_forced_calls_are_valid_in_the_family_markup(client: OpenAI, family: str
                           tool_choice={"type": "function", "function": {"name": "get_time"}},
                           max_tokens=MAX_TOKENS, **THINK)
     check_calls(family, message, finish, "get_time")
+
+
+# families whose call markup writes string values bare (key/value pairs, Qwen3's XML)
+BARE_VALUES = ("qwen3-xml", "seed-oss", "glm", "minimax-m3", "minimax-m2", "kimi-k3")
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+@pytest.mark.parametrize("family", BARE_VALUES)
+def test_markup_values_come_back_as_the_grammar_wrote_them(client: OpenAI, family: str,
+                                                            stream: bool) -> None:
+    """A strict tool whose parameters no single ``type`` describes (a typeless enum,
+    ``Optional[int]``, a ``$ref`` to an integer enum, a string-or-integer, a merged
+    ``allOf``), forced through the SDK: the arguments validate, each value read back as
+    the family's grammar wrote it (JSON or bare text)."""
+    message, finish = ask(client, alias(FAMILY_TEMPLATES[family]), stream, tools=[TYPED],
+                          tool_choice={"type": "function", "function": {"name": "configure"}},
+                          seed=5, temperature=1.0, max_tokens=2 * MAX_TOKENS, **THINK)
+    assert finish == "tool_calls" and len(message["tool_calls"]) == 1, (message, finish)
+    jsonschema.validate(json.loads(message["tool_calls"][0]["arguments"]),
+                        TYPED["function"]["parameters"])
 
 
 @pytest.mark.parametrize("family", FAMILIES)

@@ -162,7 +162,8 @@ async def create_message(request: Request) -> Response:
 
     def parser() -> CheckedStream:
         return CheckedStream(state.layout, rules, state.model.note_schema_mismatch,
-                             in_reasoning=prep.in_reasoning, tools=rules.tools)
+                             in_reasoning=prep.in_reasoning, tools=rules.tools,
+                             json_parameters=prep.json_parameters)
 
     if req.stream:
         async def events() -> AsyncIterator[bytes]:

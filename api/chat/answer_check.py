@@ -49,8 +49,10 @@ class CheckedStream(MessageStream):
 
     def __init__(self, layout: StreamLayout, rules: OutputRules,
                  note: Callable[[str, bool], None], *, in_reasoning: bool = False,
-                 tools: list[dict[str, Any]] | None = None) -> None:
-        super().__init__(layout, in_reasoning=in_reasoning, tools=tools)
+                 tools: list[dict[str, Any]] | None = None,
+                 json_parameters: dict[str, frozenset[str]] | None = None) -> None:
+        super().__init__(layout, in_reasoning=in_reasoning, tools=tools,
+                         json_parameters=json_parameters)
         self.rules, self.note = rules, note
 
     def finish(self, reason: str | None = None) -> MessageDelta:

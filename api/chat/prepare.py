@@ -16,7 +16,7 @@ from api.media.parts import load as load_media
 from api.media.parts import tokenize as tokenize_media
 from api.web.errors import APIError, invalid
 from api.web.state import ModelState
-from engine.constraints.grammar import GrammarError
+from engine.constraints.grammar import Grammar, GrammarError
 from engine.handle import MediaInput, ModelHandle
 from engine.media.spans import MediaSpan
 from engine.request import SamplingParams
@@ -39,6 +39,8 @@ class Prepared:
     in_reasoning: bool  # the prompt opened a reasoning block (the template, or the server)
     media: tuple[MediaSpan, ...] = ()
     message_ends: tuple[int, ...] = ()  # engine.request.Request.message_ends
+    # call markup's parameters its grammar wrote as JSON, by tool (parsers.call_items)
+    json_parameters: dict[str, frozenset[str]] = dataclasses.field(default_factory=dict)
 
 
 def thinking_budget(rules: OutputRules, extra: dict[str, Any], params: SamplingParams,
@@ -126,7 +128,7 @@ def _prepare(model: ModelHandle, template: ChatTemplate, layout: StreamLayout,
         tokens, spans = mp.tokens, mp.media
     opener = layout.reasoning_start
     in_reasoning = bool(opener and layout.reasoning_end and text.rstrip().endswith(opener))
-    params = with_grammar(model, rules, layout, in_reasoning, params)
+    params, grammar = grammar_and_params(model, rules, layout, in_reasoning, params)
     if budget is not None and layout.reasoning_end and (
             in_reasoning or (opener and not thinking_off(extra))):
         # a prompt that did not open the block: the budget counts once the model opens it
@@ -137,7 +139,8 @@ def _prepare(model: ModelHandle, template: ChatTemplate, layout: StreamLayout,
             start_text="" if in_reasoning else opener or ""))
     ends = system_end(model, text, tokens, messages) if model.state_snapshots and not spans \
         else ()
-    return Prepared(tokens, params, in_reasoning, spans, ends)
+    return Prepared(tokens, params, in_reasoning, spans, ends,
+                    dict(grammar.json_parameters) if grammar is not None else {})
 
 
 def system_end(model: ModelHandle, text: str, tokens: list[int],
@@ -166,15 +169,22 @@ def with_grammar(model: ModelHandle, rules: OutputRules, layout: StreamLayout,
                  in_reasoning: bool, params: SamplingParams) -> SamplingParams:
     """``params`` with the grammar the rules ask for, checked by llama.cpp (blocking: on
     the prepare pool)."""
+    return grammar_and_params(model, rules, layout, in_reasoning, params)[0]
+
+
+def grammar_and_params(model: ModelHandle, rules: OutputRules, layout: StreamLayout,
+                       in_reasoning: bool, params: SamplingParams
+                       ) -> tuple[SamplingParams, Grammar | None]:
+    """``with_grammar``, and the grammar itself (None: the rules ask for none)."""
     grammar = build_grammar(rules, layout, in_reasoning)
     if grammar is None:
-        return params
+        return params, None
     if grammar.relaxed:
         log.debug("schema bounds relaxed: %s", "; ".join(grammar.relaxed))
     params = dataclasses.replace(params, grammar=grammar.text,
                                  grammar_triggers=grammar.lazy_patterns)
     model.check_grammar(params)
-    return params
+    return params, grammar
 
 
 async def prepare(state: ModelState, messages: list[dict[str, Any]], rules: OutputRules,

@@ -51,6 +51,7 @@ async def chat(request: Request) -> Response:
                                 message_ends=prep.message_ends)
     timings.submit()
     parser = CheckedStream(state.layout, rules, state.model.note_schema_mismatch,
-                           in_reasoning=prep.in_reasoning, tools=rules.tools)
+                           in_reasoning=prep.in_reasoning, tools=rules.tools,
+                           json_parameters=prep.json_parameters)
     return await respond(request, state, gen, parser, ChatShape(name), stream=call.stream,
                          timings=timings)

@@ -107,7 +107,8 @@ async def create_chat_completion(request: Request) -> Response:
 
     def parser() -> CheckedStream:
         return CheckedStream(state.layout, rules, state.model.note_schema_mismatch,
-                             in_reasoning=prep.in_reasoning, tools=rules.tools)
+                             in_reasoning=prep.in_reasoning, tools=rules.tools,
+                             json_parameters=prep.json_parameters)
 
     if stream:
         async def chunks() -> AsyncIterator[bytes]:

@@ -99,7 +99,8 @@ class ResponseRun:
                                                whole=self.whole,
                                                message_ends=prep.message_ends)
         parser = CheckedStream(state.layout, rules, state.model.note_schema_mismatch,
-                               in_reasoning=prep.in_reasoning, tools=rules.tools)
+                               in_reasoning=prep.in_reasoning, tools=rules.tools,
+                               json_parameters=prep.json_parameters)
         for event in self.builder.start():
             yield event
         prompt_tokens = cached = completion = 0

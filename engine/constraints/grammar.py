@@ -21,7 +21,7 @@ from __future__ import annotations
 import itertools
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import llama_cpp.llama_grammar
@@ -53,6 +53,9 @@ class Grammar:
     text: str
     lazy_patterns: tuple[str, ...] = ()  # empty: constrain from the first token
     relaxed: tuple[str, ...] = ()  # schema bounds left out (engine.constraints.json_schema)
+    # call markup with bare text values: by tool name, the parameters written as JSON
+    # (every other value of that tool's calls is bare text); () for other grammars
+    json_parameters: tuple[tuple[str, frozenset[str]], ...] = ()
 
 
 def bounded(text: str, *, depth: bool = True) -> str:
@@ -361,34 +364,37 @@ def _xml_grammar(tools: list[dict[str, Any]], start: str, end: str, *,
     conv._add_rule("xml-text", "xml-char*")
     conv._add_rule("xml-any-parameter", '"<parameter=" [A-Za-z0-9_.-]+ ">\\n" xml-text '
                                         '"\\n</parameter>\\n"')
-    alternatives = []
+    alternatives, written = [], []
     for i, (tool, params) in enumerate(zip(tools, tool_parameters(tools), strict=True)):
         fn = tool["function"]
         where = f"tools.{fn['name']}.parameters"
         local = top_object(_local(schemas, params, where, is_strict(tool)), schemas,
                            is_strict(tool), where)
         required = set(local.get("required", [])) if isinstance(local, dict) else set()
-        parts = []
+        parts, as_json = [], set()
         props = local.get("properties") if isinstance(local, dict) else None
         for j, (key, spec) in enumerate((props or {}).items()):
             target = spec
             if "$ref" in spec:
                 target = schemas.defs.get(spec["$ref"].rsplit("/", 1)[-1], {})
-            value = _xml_string(conv, target, f"fn{i}-p{j}-value") \
-                if written_as_text(target) else \
-                _visit(conv, schemas.root(spec), f"fn{i}-p{j}-value")
+            if not written_as_text(target):
+                as_json.add(key)
+            value = _visit(conv, schemas.root(spec), f"fn{i}-p{j}-value") \
+                if key in as_json else _xml_string(conv, target, f"fn{i}-p{j}-value")
             rule = conv._add_rule(f"fn{i}-p{j}", f'{_gbnf_literal(f"<parameter={key}>" + chr(10))} '
                                   f'{value} {_gbnf_literal(chr(10) + "</parameter>" + chr(10))}')
             parts.append(rule if key in required else f"{rule}?")
         if not props and any_key(local, is_strict(tool)):
             parts.append("xml-any-parameter*")  # any object: parameters of any name
+        written.append((fn["name"], frozenset(as_json)))
         head = _gbnf_literal(f"<function={fn['name']}>" + chr(10))
         alternatives.append(conv._add_rule(f"fn{i}", " ".join(
             [head, *parts, _gbnf_literal("</function>")])))
     conv._add_rule("call", " | ".join(alternatives))
     conv._add_rule("call-block", f'{_gbnf_literal(start + chr(10))} call '
                                  f'{_gbnf_literal(chr(10) + end)}')
-    return _blocks(conv, schemas, parallel=parallel, lazy=lazy, start=start, after=after)
+    return replace(_blocks(conv, schemas, parallel=parallel, lazy=lazy, start=start,
+                           after=after), json_parameters=tuple(written))
 
 
 HARMONY_TEXT = '([^<] | "<" [^|])*'  # a final answer: any text but a harmony token

@@ -8,6 +8,7 @@ the tool's parameters, or key/value markup whose string values are written bare)
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Protocol
 
 from engine.constraints.grammar import (
@@ -109,14 +110,16 @@ def _shaped(tools: list[dict[str, Any]], shape: Shape, *, parallel: bool, lazy: 
         conv._add_rule("xml-any-parameter", f"{_gbnf_literal(shape.key_open)} "
                        f"[A-Za-z0-9_.-]+ {_gbnf_literal(shape.key_close)} xml-text "
                        f"{any_close}")
-    alternatives = []
+    alternatives, written = [], []
     for i, (tool, params) in enumerate(zip(tools, tool_parameters(tools), strict=True)):
         name = tool["function"]["name"]
         where = f"tools.{name}.parameters"
         local = _local(schemas, params, where, is_strict(tool))
         if shape.pairs:
             local = top_object(local, schemas, is_strict(tool), where)
-            args = _key_values(conv, schemas, shape, local, i, is_strict(tool))
+            args, as_json = _key_values(conv, schemas, shape, local, i, is_strict(tool))
+            if not shape.json_values:  # (else every value is JSON, strings quoted)
+                written.append((name, as_json))
         else:
             args = _visit(conv, schemas.root(local), f"fn{i}-args")
         before, index, rest = shape.name_close.partition("{index}")
@@ -138,17 +141,21 @@ def _shaped(tools: list[dict[str, Any]], shape: Shape, *, parallel: bool, lazy: 
         body = f'" "? {body}'
     if after is not None:
         conv._add_rule("root", _after(after, f"({body})"))
-        return _grammar(conv, schemas, (_trigger(after),))
-    conv._add_rule("root", body)
-    return _grammar(conv, schemas, (_trigger(shape.marker),) if lazy and shape.marker else ())
+        grammar = _grammar(conv, schemas, (_trigger(after),))
+    else:
+        conv._add_rule("root", body)
+        grammar = _grammar(conv, schemas,
+                           (_trigger(shape.marker),) if lazy and shape.marker else ())
+    return replace(grammar, json_parameters=tuple(written))
 
 
 def _key_values(conv: Any, schemas: SchemaSet, shape: Shape, local: Any, i: int,
-                strict: bool) -> str:
+                strict: bool) -> tuple[str, frozenset[str]]:
     """A call's arguments as key/value markup: declared parameters in order (required
     ones always, optional ones may be left out); with no declared parameters and an open
-    schema, any."""
-    parts = []
+    schema, any. With the names of the parameters written as JSON (the others are bare
+    text)."""
+    parts, as_json = [], set()
     props = local.get("properties") if isinstance(local, dict) else None
     required = set(local.get("required", [])) if isinstance(local, dict) else set()
     for j, (key, spec) in enumerate((props or {}).items()):
@@ -157,6 +164,8 @@ def _key_values(conv: Any, schemas: SchemaSet, shape: Shape, local: Any, i: int,
             target = schemas.defs.get(spec["$ref"].rsplit("/", 1)[-1], {})
         kind = target.get("type")
         bare = written_as_text(target) and not shape.json_values
+        if not bare:
+            as_json.add(key)
         value = _xml_string(conv, target, f"fn{i}-p{j}-value", shape.close_value(key)) \
             if bare else \
             _visit(conv, schemas.root(spec), f"fn{i}-p{j}-value")
@@ -168,4 +177,4 @@ def _key_values(conv: Any, schemas: SchemaSet, shape: Shape, local: Any, i: int,
         parts.append(rule if key in required else f"{rule}?")
     if not props and any_key(local, strict):
         parts.append("xml-any-parameter*")
-    return " ".join(parts) or '""'
+    return " ".join(parts) or '""', frozenset(as_json)
