@@ -22,8 +22,17 @@ from hypothesis import strategies as st
 
 from api.chat.answer_check import schema_errors
 from conftest import require_model
-from engine.constraints.grammar import GrammarError, json_grammar, tool_call_grammar
+from engine.constraints.grammar import (
+    GrammarError,
+    json_grammar,
+    tool_call_grammar,
+    xml_tool_call_grammar,
+)
+from engine.constraints.grammar_shapes import shaped_call_grammar
 from engine.constraints.json_schema import SchemaSet
+from parsers.families import by_name
+from parsers.message_stream import MessageStream
+from parsers.response_schema import stream_layout
 
 SEEDS = 6
 # a failing schema is reported as drawn: shrinking one through grammar walks takes minutes
@@ -238,6 +247,58 @@ def test_every_strict_answer_of_any_schema_validates(walker: GrammarWalker) -> N
     check()
     built, _, answers = STATS["strict"]
     assert built >= examples // 3 and answers >= built, STATS
+
+
+# call markup that writes string values bare: Qwen3.5's XML and MiniMax M2's key/value pairs
+MARKUP_FAMILIES = ("qwen3-xml", "minimax-m2")
+
+
+def _markup_grammar(family: str, tool: dict[str, Any]) -> tuple[Any, Any]:
+    """The forced-call grammar of ``tool`` in ``family``'s markup, and its stream layout."""
+    layout = stream_layout(by_name(family).schema)
+    shape = by_name(family).shape
+    if shape is not None:
+        return shaped_call_grammar([tool], shape, parallel=False, lazy=False), layout
+    assert layout.call_start and layout.call_end
+    return xml_tool_call_grammar([tool], layout.call_start, layout.call_end,
+                                 parallel=False, lazy=False), layout
+
+
+@pytest.mark.model
+def test_every_strict_call_in_call_markup_validates(walker: GrammarWalker) -> None:
+    """The same property for a strict tool's parameters written in call markup, where
+    a value is bare text or JSON as the grammar decides and the parser reads it back the
+    same way: every call a random model finishes validates against the parameters."""
+    examples = int(os.environ.get("STRICT_FUZZ", "30")) // 2
+    done = [0, 0]  # calls built, calls read back
+
+    @settings(max_examples=examples, deadline=None, derandomize="STRICT_FUZZ" not in os.environ,
+              suppress_health_check=list(HealthCheck), phases=NO_SHRINK)
+    @given(schemas(), schemas(), st.sampled_from(MARKUP_FAMILIES), st.integers(0, 1 << 20))
+    def check(first: Any, second: Any, family: str, seed0: int) -> None:
+        parameters = {"type": "object", "properties": {"a": first, "b": second},
+                      "required": ["a"], "additionalProperties": False}
+        tool = {"type": "function", "function": {"name": "f", "strict": True,
+                                                 "parameters": parameters}}
+        try:
+            grammar, layout = _markup_grammar(family, tool)
+        except GrammarError as exc:
+            assert "schema" in str(exc) or "parameters" in str(exc), str(exc)
+            return
+        done[0] += 1
+        for text in _answers(walker, grammar.text, 3, seed0):
+            stream = MessageStream(layout, tools=[tool],
+                                   json_parameters=dict(grammar.json_parameters))
+            stream.feed(text)
+            stream.finish("stop")
+            calls = stream.message.tool_calls
+            assert len(calls) == 1, (parameters, text)
+            done[1] += 1
+            why = schema_errors(json.loads(calls[0].arguments), parameters)
+            assert why is None, (parameters, family, text, why)
+
+    check()
+    assert done[0] >= examples // 3 and done[1] >= done[0], done
 
 
 @pytest.mark.model
