@@ -150,8 +150,20 @@ def _strings() -> Any:
                          min_size=1, max_size=4, unique=True)})
 
 
+def _scalar_lists() -> Any:
+    """Type lists of scalars beside keywords of each type, and listed values that read as
+    another type ("5", "true", "null"): a string is a string, whatever it spells."""
+    kinds = st.lists(st.sampled_from(["integer", "number", "string", "boolean", "null"]),
+                     min_size=2, max_size=3, unique=True)
+    mixed = st.lists(st.sampled_from(["5", 5, "true", True, "null", None, "x", 1.5]),
+                     min_size=1, max_size=4, unique_by=json.dumps)
+    return st.fixed_dictionaries({"type": kinds}, optional={
+        "minimum": st.integers(-5, 20), "maximum": st.integers(-5, 20),
+        "maxLength": st.integers(0, 4), "enum": mixed})
+
+
 def _leaves() -> Any:
-    return st.one_of(_numbers(), _strings(), st.just({"type": "boolean"}),
+    return st.one_of(_numbers(), _strings(), _scalar_lists(), st.just({"type": "boolean"}),
                      st.just({"type": "null"}), st.just({}),
                      st.fixed_dictionaries({"const": st.sampled_from([1, "k", None, True])}))
 
@@ -249,8 +261,9 @@ def test_every_strict_answer_of_any_schema_validates(walker: GrammarWalker) -> N
     assert built >= examples // 3 and answers >= built, STATS
 
 
-# call markup that writes string values bare: Qwen3.5's XML and MiniMax M2's key/value pairs
-MARKUP_FAMILIES = ("qwen3-xml", "minimax-m2")
+# call markup that writes string values bare (Qwen3.5's XML, MiniMax M2's key/value pairs)
+# and JSON arguments (Qwen2.5's Hermes calls)
+MARKUP_FAMILIES = ("qwen3-xml", "minimax-m2", "hermes")
 
 
 def _markup_grammar(family: str, tool: dict[str, Any]) -> tuple[Any, Any]:
@@ -260,15 +273,17 @@ def _markup_grammar(family: str, tool: dict[str, Any]) -> tuple[Any, Any]:
     if shape is not None:
         return shaped_call_grammar([tool], shape, parallel=False, lazy=False), layout
     assert layout.call_start and layout.call_end
-    return xml_tool_call_grammar([tool], layout.call_start, layout.call_end,
-                                 parallel=False, lazy=False), layout
+    build = tool_call_grammar if family == "hermes" else xml_tool_call_grammar
+    return build([tool], layout.call_start, layout.call_end, parallel=False,
+                 lazy=False), layout
 
 
 @pytest.mark.model
 def test_every_strict_call_in_call_markup_validates(walker: GrammarWalker) -> None:
     """The same property for a strict tool's parameters written in call markup, where
     a value is bare text or JSON as the grammar decides and the parser reads it back the
-    same way: every call a random model finishes validates against the parameters."""
+    same way, and as JSON arguments, which the parser reads and coerces: every call a
+    random model finishes validates against the parameters."""
     examples = int(os.environ.get("STRICT_FUZZ", "30")) // 2
     done = [0, 0]  # calls built, calls read back
 
