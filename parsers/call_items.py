@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 import secrets
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,6 +17,14 @@ from parsers.response_schema import MarkupText, coerce
 
 _FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
 Tools = dict[str, dict[str, Any]]  # offered tools by name -> their function object
+# by tool name, how call markup's grammar wrote each declared parameter: True as JSON,
+# False as bare text (engine.constraints.grammar.Grammar.markup_values)
+MarkupValues = dict[str, dict[str, bool]]
+
+
+def markup_values(written: Iterable[tuple[str, Iterable[tuple[str, bool]]]]) -> MarkupValues:
+    """``MarkupValues`` from a grammar's record (pairs, as the frozen grammar keeps them)."""
+    return {name: dict(pairs) for name, pairs in written}
 
 
 @dataclass(frozen=True)
@@ -31,9 +40,9 @@ def new_call_id() -> str:
 
 
 def read_call(item: Any, tools: Tools,
-              json_parameters: dict[str, frozenset[str]] | None = None) -> ToolCall | None:
-    """One parsed call item as a ``ToolCall`` (None: not a call); ``json_parameters``: by
-    tool, the parameters that call markup's grammar wrote as JSON (``coerce_arguments``)."""
+              markup_values: MarkupValues | None = None) -> ToolCall | None:
+    """One parsed call item as a ``ToolCall`` (None: not a call); ``markup_values``: how
+    call markup's grammar wrote each parameter (``coerce_arguments``)."""
     if not isinstance(item, dict):
         return None
     fn = item.get("function", item)
@@ -54,7 +63,7 @@ def read_call(item: Any, tools: Tools,
             return ToolCall(new_call_id(), name, json.dumps({"_raw": args}))
     if isinstance(args, dict):
         args = coerce_arguments(args, tools.get(name, {}).get("parameters"),
-                                (json_parameters or {}).get(name))
+                                (markup_values or {}).get(name))
     return ToolCall(new_call_id(), name, json.dumps(args, ensure_ascii=False))
 
 
@@ -83,18 +92,20 @@ def read_bare_calls(text: str, tools: Tools) -> list[ToolCall] | None:
 
 
 def coerce_arguments(args: dict[str, Any], parameters: Any,
-                     as_json: frozenset[str] | None = None) -> dict[str, Any]:
+                     as_json: dict[str, bool] | None = None) -> dict[str, Any]:
     """Values parsed as text take the types the tool declares. Where the call's grammar
-    said how it wrote each value of key/value markup (``as_json``: the names written as
-    JSON), a ``MarkupText`` value is read back the same way: JSON for those names, the
-    text itself for the others (a typeless ``enum: [1, 2]``, Pydantic's ``Optional[int]``
-    or a ``$ref`` are JSON; a ``["string", "integer"]`` parameter's ``5`` is the text)."""
+    said how it wrote a parameter of key/value markup (``as_json``: True as JSON, False as
+    bare text), a ``MarkupText`` value is read back the same way (a typeless
+    ``enum: [1, 2]``, Pydantic's ``Optional[int]`` or a ``$ref`` are JSON); a parameter it
+    did not declare (an open object's any key) is coerced to the declared type as
+    before."""
     props = parameters.get("properties", {}) if isinstance(parameters, dict) else {}
     out = {}
     for key, value in args.items():
         spec = props.get(key)
-        if as_json is not None and isinstance(value, MarkupText):
-            value = _as_written(str(value), key in as_json, spec)
+        written = as_json.get(key) if as_json is not None else None
+        if written is not None and isinstance(value, MarkupText):
+            value = _as_written(str(value), written, spec)
         elif isinstance(spec, dict) and isinstance(value, str) and "type" in spec:
             value = coerce(value, spec["type"])
         out[key] = value
@@ -102,12 +113,12 @@ def coerce_arguments(args: dict[str, Any], parameters: Any,
 
 
 def _as_written(text: str, as_json: bool, spec: Any) -> Any:
-    """A markup value the grammar wrote as JSON (else bare text). Text that is not JSON
-    after all (a grammar the request sent, a model that was not held to one) falls back
-    to the declared type's coercion."""
+    """A markup value the grammar wrote as JSON (else bare text). JSON that
+    ``parsers.json_text`` refuses (a ``\u0000`` escape) is still read as JSON; text that
+    is not JSON after all falls back to the declared type's coercion."""
     if not as_json:
         return text
     try:
-        return json_text.loads(text)
-    except ValueError:
+        return json.loads(text)
+    except (ValueError, RecursionError):
         return coerce(text, spec["type"]) if isinstance(spec, dict) and "type" in spec else text

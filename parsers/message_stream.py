@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from parsers import json_text
-from parsers.call_items import ToolCall, new_call_id, read_bare_calls, read_call
+from parsers.call_items import MarkupValues, ToolCall, new_call_id, read_bare_calls, read_call
 from parsers.response_schema import StreamLayout, apply_schema
 
 __all__ = ["CallChunk", "MessageDelta", "MessageStream", "ToolCall", "new_call_id"]
@@ -137,12 +137,12 @@ class MessageStream:
 
     def __init__(self, layout: StreamLayout, *, in_reasoning: bool = False,
                  tools: list[dict[str, Any]] | None = None, bare_json_calls: bool = True,
-                 json_parameters: dict[str, frozenset[str]] | None = None) -> None:
+                 markup_values: MarkupValues | None = None) -> None:
         self.layout = layout
         self.tools = {t["function"]["name"]: t["function"] for t in tools or []
                       if isinstance(t.get("function"), dict) and "name" in t["function"]}
-        # call markup's parameters its grammar wrote as JSON, by tool (the rest: bare text)
-        self.json_parameters = json_parameters or {}
+        # how call markup's grammar wrote each declared parameter, by tool
+        self.markup_values = markup_values or {}
         self.bare_json = bare_json_calls and bool(self.tools)
         self.state = self.REASONING if in_reasoning and layout.reasoning_end else self.CONTENT
         self.buf = layout.prompt_tail or ""  # (read as if the model wrote it)
@@ -478,7 +478,7 @@ class MessageStream:
         return self._tool_call(item)
 
     def _tool_call(self, item: Any) -> ToolCall | None:
-        return read_call(item, self.tools, self.json_parameters)
+        return read_call(item, self.tools, self.markup_values)
 
     def _bare_calls(self, text: str) -> list[ToolCall] | None:
         return read_bare_calls(text, self.tools)

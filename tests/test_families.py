@@ -24,6 +24,7 @@ from llama_templates import all_templates, template
 from conftest import model_path
 from engine.constraints.grammar import xml_tool_call_grammar
 from engine.constraints.grammar_shapes import shaped_call_grammar
+from parsers.call_items import MarkupValues, markup_values
 from parsers.chat_template import ChatTemplate, TemplateError
 from parsers.families import FAMILIES, by_name, detect
 from parsers.message_stream import MessageDelta, MessageStream
@@ -173,8 +174,8 @@ PAIRED = [f for f in SHAPED if f.shape.pairs and not f.shape.json_values]
 
 
 def _typed_walks(grammar: Any, layout: StreamLayout, walker: GrammarWalker,
-                 json_parameters: dict[str, frozenset[str]]) -> int:
-    """Walks of ``grammar`` (TYPED forced) read back with ``json_parameters``: every
+                 written: MarkupValues) -> int:
+    """Walks of ``grammar`` (TYPED forced) read back with ``markup_values``: every
     call's arguments validate; how many walks ended."""
     schema = TYPED["function"]["parameters"]
     ended = 0
@@ -183,7 +184,7 @@ def _typed_walks(grammar: Any, layout: StreamLayout, walker: GrammarWalker,
         if text is None:
             continue
         ended += 1
-        stream = MessageStream(layout, tools=[TYPED], json_parameters=json_parameters)
+        stream = MessageStream(layout, tools=[TYPED], markup_values=written)
         stream.feed(text)
         stream.finish("stop")
         assert stream.message.tool_calls, text
@@ -198,7 +199,7 @@ def test_markup_values_read_back_as_the_grammar_wrote_them(family: Any,
                                                             walker: GrammarWalker) -> None:
     """Key/value call markup (and Qwen3's XML) of parameters typed by no single ``type``:
     random walks of the strict forced-call grammar read back valid, with the grammar's
-    record of which values it wrote as JSON (``Grammar.json_parameters``)."""
+    record of which values it wrote as JSON (``Grammar.markup_values``)."""
     layout = stream_layout(family.schema)
     if family.shape is not None:
         grammar = shaped_call_grammar([TYPED], family.shape, parallel=False, lazy=False)
@@ -206,11 +207,89 @@ def test_markup_values_read_back_as_the_grammar_wrote_them(family: Any,
         assert layout.call_start and layout.call_end
         grammar = xml_tool_call_grammar([TYPED], layout.call_start, layout.call_end,
                                         parallel=False, lazy=False)
-    written = dict(grammar.json_parameters)
+    written = markup_values(grammar.markup_values)
     assert set(written) == {"configure"}
-    assert {"level", "limit", "unit"} <= written["configure"] and \
-        "word" not in written["configure"]
+    assert all(written["configure"][k] for k in ("level", "limit", "unit"))
+    assert written["configure"]["word"] is False  # (an allOf merged into a string)
     assert _typed_walks(grammar, layout, walker, written) >= 3
+
+
+def _read_back(layout: StreamLayout, tool: dict[str, Any], grammar: Any, text: str
+               ) -> dict[str, Any]:
+    stream = MessageStream(layout, tools=[tool],
+                           markup_values=markup_values(grammar.markup_values))
+    stream.feed(text)
+    stream.finish("stop")
+    assert len(stream.message.tool_calls) == 1, text
+    return dict(json.loads(stream.message.tool_calls[0].arguments))
+
+
+def _tool(parameters: dict[str, Any], strict: bool = True) -> dict[str, Any]:
+    return {"type": "function", "function": {"name": "f", "strict": strict,
+                                             "parameters": parameters}}
+
+
+def test_markup_values_the_grammar_did_not_declare_keep_their_coercion(
+        walker: GrammarWalker) -> None:
+    """An open tool written as any parameters (a non-strict ``oneOf`` beside its
+    properties) records no parameter: its values are coerced by the declared ``type``, as
+    before the grammar's record existed."""
+    tool = _tool({"type": "object", "properties": {"n": {"type": "integer"},
+                                                   "q": {"type": "string"}},
+                  "oneOf": [{"required": ["n"]}, {"required": ["q"]}]}, strict=False)
+    family = by_name("minimax-m2")
+    grammar = shaped_call_grammar([tool], family.shape, parallel=False, lazy=False)
+    assert markup_values(grammar.markup_values) == {"f": {}}
+    text = family.shape.render([("f", {"n": "5"})])
+    assert walker.accepts(grammar.text, text)
+    assert _read_back(stream_layout(family.schema), tool, grammar, text) == {"n": 5}
+
+
+def test_a_json_string_cannot_hold_the_close_of_its_value(walker: GrammarWalker) -> None:
+    """Key/value families whose value close holds "<": a JSON value's string written with
+    a raw "<" could hold the close, where the parser's regex would end the value (a strict
+    ``Optional[str]`` came back cut). The grammar writes "<" in strings as its escape."""
+    tool = _tool({"type": "object", "properties": {"s": {"anyOf": [
+        {"type": "string", "minLength": 8}, {"type": "null"}]}}, "required": ["s"],
+        "additionalProperties": False})
+    def call(shape: Any, value: str) -> str:  # s written as the JSON text ``value``
+        body = f"{shape.key_open}s{shape.typed_key_close('string')}{value}" \
+               f"{shape.close_value('s')}"
+        head = shape.name_close.replace("{index}", "1")
+        return f"{shape.section_open.lstrip()}{shape.call_open}f{head}{body}{shape.call_close}" \
+               f"{shape.section_close}"
+
+    for family in PAIRED:
+        layout = stream_layout(family.schema)
+        grammar = shaped_call_grammar([tool], family.shape, parallel=False, lazy=False)
+        close = family.shape.close_value("s")
+        assert walker.accepts(grammar.text, call(family.shape, '"abcdefgh"')), family.name
+        assert not walker.accepts(grammar.text, call(family.shape, f'"ab{close}cdefgh"'))
+        escaped = call(family.shape, '"a\\u003cb ' + "c" * 8 + '"')
+        assert walker.accepts(grammar.text, escaped), (family.name, escaped)
+        assert _read_back(layout, tool, grammar, escaped) == {"s": "a<b " + "c" * 8}
+        # a pattern's "." too (its strings take no escape: "<" is left out)
+        dotted = _tool({"type": "object", "properties": {"s": {"anyOf": [
+            {"type": "string", "pattern": "^a.*b$"}, {"type": "null"}]}}, "required": ["s"],
+            "additionalProperties": False})
+        g = shaped_call_grammar([dotted], family.shape, parallel=False, lazy=False)
+        assert walker.accepts(g.text, call(family.shape, '"a-b"')), family.name
+        assert not walker.accepts(g.text, call(family.shape, f'"a{close}b"')), family.name
+
+
+def test_a_nul_escape_reads_back_as_json() -> None:
+    """``\u0000`` is JSON the grammar writes; read back as the string it is, not as the
+    text of its quotes (the server's own JSON reader refuses NUL)."""
+    tool = _tool({"type": "object", "properties": {"s": {"anyOf": [
+        {"type": "string", "maxLength": 2}, {"type": "null"}]}}, "required": ["s"],
+        "additionalProperties": False})
+    layout = layout_of("Qwen3.5-4B.jinja")
+    assert layout.call_start and layout.call_end
+    grammar = xml_tool_call_grammar([tool], layout.call_start, layout.call_end,
+                                    parallel=False, lazy=False)
+    text = ('<tool_call>\n<function=f>\n<parameter=s>\n"\\u0000"\n</parameter>\n'
+            '</function>\n</tool_call>')
+    assert _read_back(layout, tool, grammar, text) == {"s": "\x00"}
 
 
 def test_lazy_family_grammar_waits_for_the_marker() -> None:

@@ -236,6 +236,37 @@ def test_markup_values_come_back_as_the_grammar_wrote_them(client: OpenAI, famil
                         TYPED["function"]["parameters"])
 
 
+@pytest.mark.parametrize("route", ["responses", "anthropic"])
+def test_markup_values_come_back_as_written_on_every_route(server: ServerProcess,
+                                                           client: OpenAI, route: str) -> None:
+    """The same read-back through the Responses API and the anthropic SDK, each forcing
+    the strict tool: each route hands the parser the grammar's record. (Ollama's
+    /api/chat has no way to force a tool, and a random model seldom writes the call
+    marker by itself; its route passes the record the same way.)"""
+    import anthropic
+
+    model = alias(FAMILY_TEMPLATES["qwen3-xml"])
+    fn, schema = TYPED["function"], TYPED["function"]["parameters"]
+    if route == "responses":
+        r = client.responses.create(
+            model=model, input="Hi", temperature=1.0, max_output_tokens=2 * MAX_TOKENS,
+            tools=[{"type": "function", "name": fn["name"], "parameters": schema,
+                    "strict": True}],
+            tool_choice={"type": "function", "name": fn["name"]},
+            extra_body={"seed": 5, **THINK})
+        args = [i.arguments for i in r.output if i.type == "function_call"]
+    else:
+        sdk = anthropic.Anthropic(base_url=server.url, api_key="x", max_retries=0)
+        m = sdk.messages.create(
+            model=model, max_tokens=2 * MAX_TOKENS, messages=[{"role": "user", "content": "Hi"}],
+            tools=[{"name": fn["name"], "input_schema": schema, "strict": True}],
+            tool_choice={"type": "tool", "name": fn["name"]},
+            extra_body={"seed": 5, "temperature": 1.0, **THINK})
+        args = [json.dumps(b.input) for b in m.content if b.type == "tool_use"]
+    assert len(args) == 1, args
+    jsonschema.validate(json.loads(args[0]), schema)
+
+
 @pytest.mark.parametrize("family", FAMILIES)
 def test_json_schema_answers_are_valid(client: OpenAI, family: str) -> None:
     fmt = {"type": "json_schema", "json_schema": {"name": "a", "schema": ANSWER,

@@ -30,6 +30,7 @@ from engine.constraints.grammar import (
 )
 from engine.constraints.grammar_shapes import shaped_call_grammar
 from engine.constraints.json_schema import SchemaSet
+from parsers.call_items import markup_values
 from parsers.families import by_name
 from parsers.message_stream import MessageStream
 from parsers.response_schema import stream_layout
@@ -303,7 +304,7 @@ def test_every_strict_call_in_call_markup_validates(walker: GrammarWalker) -> No
         done[0] += 1
         for text in _answers(walker, grammar.text, 3, seed0):
             stream = MessageStream(layout, tools=[tool],
-                                   json_parameters=dict(grammar.json_parameters))
+                                   markup_values=markup_values(grammar.markup_values))
             stream.feed(text)
             stream.finish("stop")
             calls = stream.message.tool_calls

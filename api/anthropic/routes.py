@@ -163,7 +163,7 @@ async def create_message(request: Request) -> Response:
     def parser() -> CheckedStream:
         return CheckedStream(state.layout, rules, state.model.note_schema_mismatch,
                              in_reasoning=prep.in_reasoning, tools=rules.tools,
-                             json_parameters=prep.json_parameters)
+                             markup_values=prep.markup_values)
 
     if req.stream:
         async def events() -> AsyncIterator[bytes]:

@@ -20,6 +20,7 @@ import jsonschema
 from api.chat.tools import OutputRules
 from engine.constraints.schema_values import validator_class
 from parsers import json_text
+from parsers.call_items import MarkupValues
 from parsers.message_stream import MessageDelta, MessageStream
 from parsers.response_schema import StreamLayout
 
@@ -50,9 +51,9 @@ class CheckedStream(MessageStream):
     def __init__(self, layout: StreamLayout, rules: OutputRules,
                  note: Callable[[str, bool], None], *, in_reasoning: bool = False,
                  tools: list[dict[str, Any]] | None = None,
-                 json_parameters: dict[str, frozenset[str]] | None = None) -> None:
+                 markup_values: MarkupValues | None = None) -> None:
         super().__init__(layout, in_reasoning=in_reasoning, tools=tools,
-                         json_parameters=json_parameters)
+                         markup_values=markup_values)
         self.rules, self.note = rules, note
 
     def finish(self, reason: str | None = None) -> MessageDelta:

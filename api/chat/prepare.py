@@ -21,6 +21,7 @@ from engine.handle import MediaInput, ModelHandle
 from engine.media.spans import MediaSpan
 from engine.request import SamplingParams
 from engine.sampling.reasoning import ReasoningBudget
+from parsers.call_items import MarkupValues, markup_values
 from parsers.chat_template import ChatTemplate, TemplateError
 from parsers.response_schema import StreamLayout
 
@@ -39,8 +40,8 @@ class Prepared:
     in_reasoning: bool  # the prompt opened a reasoning block (the template, or the server)
     media: tuple[MediaSpan, ...] = ()
     message_ends: tuple[int, ...] = ()  # engine.request.Request.message_ends
-    # call markup's parameters its grammar wrote as JSON, by tool (parsers.call_items)
-    json_parameters: dict[str, frozenset[str]] = dataclasses.field(default_factory=dict)
+    # how call markup's grammar wrote each declared parameter, by tool (parsers.call_items)
+    markup_values: MarkupValues = dataclasses.field(default_factory=dict)
 
 
 def thinking_budget(rules: OutputRules, extra: dict[str, Any], params: SamplingParams,
@@ -140,7 +141,7 @@ def _prepare(model: ModelHandle, template: ChatTemplate, layout: StreamLayout,
     ends = system_end(model, text, tokens, messages) if model.state_snapshots and not spans \
         else ()
     return Prepared(tokens, params, in_reasoning, spans, ends,
-                    dict(grammar.json_parameters) if grammar is not None else {})
+                    markup_values(grammar.markup_values) if grammar is not None else {})
 
 
 def system_end(model: ModelHandle, text: str, tokens: list[int],

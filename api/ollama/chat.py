@@ -52,6 +52,6 @@ async def chat(request: Request) -> Response:
     timings.submit()
     parser = CheckedStream(state.layout, rules, state.model.note_schema_mismatch,
                            in_reasoning=prep.in_reasoning, tools=rules.tools,
-                           json_parameters=prep.json_parameters)
+                           markup_values=prep.markup_values)
     return await respond(request, state, gen, parser, ChatShape(name), stream=call.stream,
                          timings=timings)

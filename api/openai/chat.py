@@ -108,7 +108,7 @@ async def create_chat_completion(request: Request) -> Response:
     def parser() -> CheckedStream:
         return CheckedStream(state.layout, rules, state.model.note_schema_mismatch,
                              in_reasoning=prep.in_reasoning, tools=rules.tools,
-                             json_parameters=prep.json_parameters)
+                             markup_values=prep.markup_values)
 
     if stream:
         async def chunks() -> AsyncIterator[bytes]:

@@ -100,7 +100,7 @@ class ResponseRun:
                                                message_ends=prep.message_ends)
         parser = CheckedStream(state.layout, rules, state.model.note_schema_mismatch,
                                in_reasoning=prep.in_reasoning, tools=rules.tools,
-                               json_parameters=prep.json_parameters)
+                               markup_values=prep.markup_values)
         for event in self.builder.start():
             yield event
         prompt_tokens = cached = completion = 0

@@ -53,9 +53,9 @@ class Grammar:
     text: str
     lazy_patterns: tuple[str, ...] = ()  # empty: constrain from the first token
     relaxed: tuple[str, ...] = ()  # schema bounds left out (engine.constraints.json_schema)
-    # call markup with bare text values: by tool name, the parameters written as JSON
-    # (every other value of that tool's calls is bare text); () for other grammars
-    json_parameters: tuple[tuple[str, frozenset[str]], ...] = ()
+    # call markup with bare text values: by tool name, each declared parameter and whether
+    # its value is written as JSON (True) or as bare text (False); () for other grammars
+    markup_values: tuple[tuple[str, tuple[tuple[str, bool], ...]], ...] = ()
 
 
 def bounded(text: str, *, depth: bool = True) -> str:
@@ -100,6 +100,18 @@ _HEX4 = '"u" [0-9a-fA-F] [0-9a-fA-F] [0-9a-fA-F] [0-9a-fA-F]'
 # a \u escape of anything but a UTF-16 surrogate: each escape is one character (a string's
 # length counts as a validator counts it), never a lone surrogate clients refuse
 _NO_SURROGATE = '"u" ([0-9a-cA-CefEF] [0-9a-fA-F] | [dD] [0-7]) [0-9a-fA-F] [0-9a-fA-F]'
+
+
+_PATTERN_ANY = r'[^"\\\x00-\x1F\x7F]'  # a pattern's "." (or an open class) inside a JSON string
+
+
+def strings_without(text: str, chars: str) -> str:
+    """``text`` with ``chars`` left out of JSON strings' unescaped characters, a pattern's
+    "." included (each is still written as its ``\\u`` escape): call markup whose value
+    close holds one of them can then never be cut short by a string value that holds the
+    close. (A pattern that names one of them itself keeps it.)"""
+    text = text.replace(_STRICT_CHAR_RULE, f"{_STRICT_CHAR_RULE[:-3]}{chars}] |", 1)
+    return text.replace(_PATTERN_ANY, f"{_PATTERN_ANY[:-1]}{chars}]")
 
 
 def strict_strings(text: str) -> str:
@@ -371,22 +383,21 @@ def _xml_grammar(tools: list[dict[str, Any]], start: str, end: str, *,
         local = top_object(_local(schemas, params, where, is_strict(tool)), schemas,
                            is_strict(tool), where)
         required = set(local.get("required", [])) if isinstance(local, dict) else set()
-        parts, as_json = [], set()
+        parts, as_json = [], {}
         props = local.get("properties") if isinstance(local, dict) else None
         for j, (key, spec) in enumerate((props or {}).items()):
             target = spec
             if "$ref" in spec:
                 target = schemas.defs.get(spec["$ref"].rsplit("/", 1)[-1], {})
-            if not written_as_text(target):
-                as_json.add(key)
+            as_json[key] = not written_as_text(target)
             value = _visit(conv, schemas.root(spec), f"fn{i}-p{j}-value") \
-                if key in as_json else _xml_string(conv, target, f"fn{i}-p{j}-value")
+                if as_json[key] else _xml_string(conv, target, f"fn{i}-p{j}-value")
             rule = conv._add_rule(f"fn{i}-p{j}", f'{_gbnf_literal(f"<parameter={key}>" + chr(10))} '
                                   f'{value} {_gbnf_literal(chr(10) + "</parameter>" + chr(10))}')
             parts.append(rule if key in required else f"{rule}?")
         if not props and any_key(local, is_strict(tool)):
             parts.append("xml-any-parameter*")  # any object: parameters of any name
-        written.append((fn["name"], frozenset(as_json)))
+        written.append((fn["name"], tuple(as_json.items())))
         head = _gbnf_literal(f"<function={fn['name']}>" + chr(10))
         alternatives.append(conv._add_rule(f"fn{i}", " ".join(
             [head, *parts, _gbnf_literal("</function>")])))
@@ -394,7 +405,7 @@ def _xml_grammar(tools: list[dict[str, Any]], start: str, end: str, *,
     conv._add_rule("call-block", f'{_gbnf_literal(start + chr(10))} call '
                                  f'{_gbnf_literal(chr(10) + end)}')
     return replace(_blocks(conv, schemas, parallel=parallel, lazy=lazy, start=start,
-                           after=after), json_parameters=tuple(written))
+                           after=after), markup_values=tuple(written))
 
 
 HARMONY_TEXT = '([^<] | "<" [^|])*'  # a final answer: any text but a harmony token

@@ -26,6 +26,7 @@ from engine.constraints.grammar import (
     _xml_string,
     any_key,
     is_strict,
+    strings_without,
     tool_parameters,
     top_object,
     written_as_text,
@@ -146,16 +147,20 @@ def _shaped(tools: list[dict[str, Any]], shape: Shape, *, parallel: bool, lazy: 
         conv._add_rule("root", body)
         grammar = _grammar(conv, schemas,
                            (_trigger(shape.marker),) if lazy and shape.marker else ())
-    return replace(grammar, json_parameters=tuple(written))
+    if shape.pairs and "<" in shape.value_close:
+        # a JSON value's string holding the close would end the value there when read
+        # back (the parser's regex stops at the first close; bare text never holds "<")
+        grammar = replace(grammar, text=strings_without(grammar.text, "<"))
+    return replace(grammar, markup_values=tuple(written))
 
 
 def _key_values(conv: Any, schemas: SchemaSet, shape: Shape, local: Any, i: int,
-                strict: bool) -> tuple[str, frozenset[str]]:
+                strict: bool) -> tuple[str, tuple[tuple[str, bool], ...]]:
     """A call's arguments as key/value markup: declared parameters in order (required
     ones always, optional ones may be left out); with no declared parameters and an open
-    schema, any. With the names of the parameters written as JSON (the others are bare
-    text)."""
-    parts, as_json = [], set()
+    schema, any. With each declared parameter and whether its value is written as JSON
+    (True) or as bare text."""
+    parts, as_json = [], {}
     props = local.get("properties") if isinstance(local, dict) else None
     required = set(local.get("required", [])) if isinstance(local, dict) else set()
     for j, (key, spec) in enumerate((props or {}).items()):
@@ -164,8 +169,7 @@ def _key_values(conv: Any, schemas: SchemaSet, shape: Shape, local: Any, i: int,
             target = schemas.defs.get(spec["$ref"].rsplit("/", 1)[-1], {})
         kind = target.get("type")
         bare = written_as_text(target) and not shape.json_values
-        if not bare:
-            as_json.add(key)
+        as_json[key] = not bare
         value = _xml_string(conv, target, f"fn{i}-p{j}-value", shape.close_value(key)) \
             if bare else \
             _visit(conv, schemas.root(spec), f"fn{i}-p{j}-value")
@@ -177,4 +181,4 @@ def _key_values(conv: Any, schemas: SchemaSet, shape: Shape, local: Any, i: int,
         parts.append(rule if key in required else f"{rule}?")
     if not props and any_key(local, strict):
         parts.append("xml-any-parameter*")
-    return " ".join(parts) or '""', frozenset(as_json)
+    return " ".join(parts) or '""', tuple(as_json.items())
