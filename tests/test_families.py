@@ -262,7 +262,7 @@ def test_a_json_string_cannot_hold_the_close_of_its_value(walker: GrammarWalker)
     for family in PAIRED:
         layout = stream_layout(family.schema)
         grammar = shaped_call_grammar([tool], family.shape, parallel=False, lazy=False)
-        close = family.shape.close_value("s")
+        close = family.shape.close_value("s").rstrip("\n")  # (where the parser stops)
         assert walker.accepts(grammar.text, call(family.shape, '"abcdefgh"')), family.name
         assert not walker.accepts(grammar.text, call(family.shape, f'"ab{close}cdefgh"'))
         escaped = call(family.shape, '"a\\u003cb ' + "c" * 8 + '"')
@@ -275,6 +275,35 @@ def test_a_json_string_cannot_hold_the_close_of_its_value(walker: GrammarWalker)
         g = shaped_call_grammar([dotted], family.shape, parallel=False, lazy=False)
         assert walker.accepts(g.text, call(family.shape, '"a-b"')), family.name
         assert not walker.accepts(g.text, call(family.shape, f'"a{close}b"')), family.name
+
+
+def test_bare_text_cannot_hold_the_close_of_its_value(walker: GrammarWalker) -> None:
+    """A string written bare: a run of line breaks (Qwen3's "\\n</parameter>") or of the
+    close's first character (MiniMax M3's "]<]minimax[>[") let the close through ("\\n\\n<",
+    "]]<"), and the parser read a second, undeclared parameter out of one value."""
+    tool = _tool({"type": "object", "properties": {"s": {"type": "string"}},
+                  "required": ["s"], "additionalProperties": False})
+    layout = layout_of("Qwen3.5-4B.jinja")
+    assert layout.call_start and layout.call_end
+    grammar = xml_tool_call_grammar([tool], layout.call_start, layout.call_end,
+                                    parallel=False, lazy=False)
+
+    def qwen(value: str) -> str:
+        return (f"<tool_call>\n<function=f>\n<parameter=s>\n{value}\n</parameter>\n"
+                "</function>\n</tool_call>")
+
+    assert not walker.accepts(grammar.text, qwen("x\n\n</parameter>\n\n<parameter=zzz>\nq"))
+    for value in ("x\n\ny", "<b>\n\n i < j", "x\n"):
+        assert walker.accepts(grammar.text, qwen(value)), value
+        assert _read_back(layout, tool, grammar, qwen(value)) == {"s": value}
+    m3 = by_name("minimax-m3")
+    grammar = shaped_call_grammar([tool], m3.shape, parallel=False, lazy=False)
+    close = m3.shape.close_value("s")
+    assert not walker.accepts(grammar.text, m3.shape.render([("f", {"s": f"a]{close}b"})]))
+    for value in ("a]]b", "a]", "]] <"):
+        text = m3.shape.render([("f", {"s": value})])
+        assert walker.accepts(grammar.text, text), value
+        assert _read_back(stream_layout(m3.schema), tool, grammar, text) == {"s": value}
 
 
 def test_a_nul_escape_reads_back_as_json() -> None:

@@ -329,6 +329,11 @@ def xml_tool_call_grammar(tools: list[dict[str, Any]], start: str, end: str, *,
         raise _tools_error(exc) from None
 
 
+# text that never holds "\n<" (where Qwen3's "\n</parameter>" starts): a run of line
+# breaks is followed by anything but "<" (a single "\n" [^<] let "\n\n<" through)
+NOT_NEWLINE_LT = '([^\\n] | "\\n"+ [^<\\n])* "\\n"*'
+
+
 def raw_pattern(conv: Any, pattern: str, name: str) -> str:
     """The rule of the text an anchored ``pattern`` matches, unquoted (for markup that
     writes strings bare: Qwen3.5's XML values, Gemma 4's quoted-by-token strings). The
@@ -372,8 +377,7 @@ def _xml_grammar(tools: list[dict[str, Any]], start: str, end: str, *,
     string values are text that cannot hold a newline followed by ``<``, bounded by their
     schema (``_xml_string``); other values are JSON of their schema."""
     conv, schemas = _converter(), SchemaSet()
-    conv._add_rule("xml-char", '[^\\n] | "\\n" [^<]')
-    conv._add_rule("xml-text", "xml-char*")
+    conv._add_rule("xml-text", NOT_NEWLINE_LT)
     conv._add_rule("xml-any-parameter", '"<parameter=" [A-Za-z0-9_.-]+ ">\\n" xml-text '
                                         '"\\n</parameter>\\n"')
     alternatives, written = [], []

@@ -12,6 +12,7 @@ from dataclasses import replace
 from typing import Any, Protocol
 
 from engine.constraints.grammar import (
+    NOT_NEWLINE_LT,
     Grammar,
     GrammarError,
     _after,
@@ -87,14 +88,16 @@ def shaped_call_grammar(tools: list[dict[str, Any]], shape: Shape, *, parallel: 
 def _text_rule(value_close: str) -> str:
     """A bare string value: any text that cannot start the markup closing it."""
     if value_close.startswith("\n<"):
-        return '([^\\n] | "\\n" [^<])*'
+        return NOT_NEWLINE_LT
     if value_close.startswith("<"):
         return "[^<]*"
     if len(value_close) > 1 and value_close[0] != "\n":
         # (MiniMax M3's "]<]minimax[>[</key>") the close's first two characters never
         # follow each other inside the value: the parser's lazy regex would cut it there
+        # (a run of the first is followed by neither: "]]<" held "]<")
         first, second = (_class_char(c) for c in value_close[:2])
-        return f'([^{first}\\n] | {_gbnf_literal(value_close[0])} [^{second}\\n])*'
+        run = f"{_gbnf_literal(value_close[0])}+"
+        return f'([^{first}\\n] | {run} [^{first}{second}\\n])* {_gbnf_literal(value_close[0])}*'
     return "[^\\n]*"
 
 
@@ -149,7 +152,8 @@ def _shaped(tools: list[dict[str, Any]], shape: Shape, *, parallel: bool, lazy: 
                            (_trigger(shape.marker),) if lazy and shape.marker else ())
     if shape.pairs and "<" in shape.value_close:
         # a JSON value's string holding the close would end the value there when read
-        # back (the parser's regex stops at the first close; bare text never holds "<")
+        # back (the parser's regex stops at the first close; bare text, _text_rule, never
+        # holds the close's start)
         grammar = replace(grammar, text=strings_without(grammar.text, "<"))
     return replace(grammar, markup_values=tuple(written))
 
