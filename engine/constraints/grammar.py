@@ -107,9 +107,10 @@ _PATTERN_ANY = r'[^"\\\x00-\x1F\x7F]'  # a pattern's "." (or an open class) insi
 
 def strings_without(text: str, chars: str) -> str:
     """``text`` with ``chars`` left out of JSON strings' unescaped characters, a pattern's
-    "." included (each is still written as its ``\\u`` escape): call markup whose value
-    close holds one of them can then never be cut short by a string value that holds the
-    close. (A pattern that names one of them itself keeps it.)"""
+    "." included (each is still written as its ``\\u`` escape), so that in call markup
+    whose value close holds one of them a string's own characters cannot write the close.
+    A listed value, or a pattern, format or custom grammar naming one of them, still can
+    (a known gap: docs/TOOLS.md)."""
     text = text.replace(_STRICT_CHAR_RULE, f"{_STRICT_CHAR_RULE[:-3]}{chars}] |", 1)
     return text.replace(_PATTERN_ANY, f"{_PATTERN_ANY[:-1]}{chars}]")
 

@@ -153,7 +153,7 @@ def _shaped(tools: list[dict[str, Any]], shape: Shape, *, parallel: bool, lazy: 
     if shape.pairs and "<" in shape.value_close:
         # a JSON value's string holding the close would end the value there when read
         # back (the parser's regex stops at the first close; bare text, _text_rule, never
-        # holds the close's start)
+        # holds the close's start; listed values and patterns can: docs/TOOLS.md)
         grammar = replace(grammar, text=strings_without(grammar.text, "<"))
     return replace(grammar, markup_values=tuple(written))
 
