@@ -173,6 +173,8 @@ class ModelConfig:
     # recurrent / hybrid models: RAM for recurrent-state snapshots at message ends, so a
     # prompt sharing part of a cached sequence resumes there (0 = off)
     state_snapshots_max_bytes: int = 256 << 20
+    # one KV pool: RAM for idle sequences moved out of it (engine.caches.parked; 0 = off)
+    parked_max_bytes: int = 1 << 30
     embedding: bool | None = None
     pooling_type: int | None = None
     store_logits: bool = False

@@ -88,6 +88,7 @@ class Engine:
                                  unified=runner.unified, n_swa=runner.n_swa, disk=self.disk,
                                  metrics=self.metrics, disk_adapters=self.default_adapters,
                                  snapshot_bytes=cfg.state_snapshots_max_bytes,
+                                 parked_bytes=cfg.parked_max_bytes,
                                  is_eog=runner.vocabulary.is_eog)
         # prompt tokens per step while others generate: from measured step costs (a step
         # within prefill_step_target decode-only steps), at most prefill_chunk

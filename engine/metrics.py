@@ -123,6 +123,16 @@ class EngineMetrics:
             "llamaserve_disk_cache_entries", "Entries in the disk cache.", registry=r)
         self.disk_bytes = Gauge(
             "llamaserve_disk_cache_bytes", "Bytes used by the disk cache.", registry=r)
+        self.parked_bytes = Gauge(
+            "llamaserve_parked_sequence_bytes",
+            "Bytes of idle sequences parked in RAM out of the KV pool "
+            "(model.parked_max_bytes).", registry=r)
+        self.parked_sequences = Gauge(
+            "llamaserve_parked_sequences", "Idle sequences parked in RAM.", registry=r)
+        self.parked_restored = Counter(
+            "llamaserve_parked_sequences_restored",
+            "Parked sequences brought back into the KV pool for a prompt sharing a prefix.",
+            registry=r)
         self.snapshot_bytes = Gauge(
             "llamaserve_state_snapshot_bytes",
             "Bytes of recurrent-state snapshots held in RAM (model.state_snapshots_max_bytes).",

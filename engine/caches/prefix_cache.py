@@ -11,8 +11,12 @@ request reuses the longest common prefix of any slot:
 - otherwise the prefix is copied (``seq_cp``) into the least recently used free
   slot, also while the source is still busy; when the source is still
   prefilling the shared part, the request waits for it instead of recomputing it;
-- on a miss in memory, the stored sequence on disk sharing the longest prefix is
-  loaded and cut where the prompt diverges.
+- on a miss in memory, the sequence parked in RAM or stored on disk sharing the longest
+  prefix is loaded and cut where the prompt diverges (``engine.caches.stored_paths``).
+
+In one KV pool every cell in use widens every decode's attention, so when a request is
+admitted every other idle sequence is parked in RAM (``engine.caches.parked``) and its cells
+are cleared, as llama-server does with its idle slots.
 
 KV computed under one set of LoRA adapters is never reused under another: each adapter
 set has its own tree, and the disk cache (whose key covers the configured adapters)
@@ -66,9 +70,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from engine.caches.kv_ledger import KvLedger
+from engine.caches.parked import ParkedSequences
 from engine.caches.prefix_tree import PrefixTree
 from engine.caches.snapshot_paths import SHORT_CACHE, SnapshotPaths
 from engine.caches.snapshots import Snapshot, SnapshotStore
+from engine.caches.stored_paths import StoredPaths
 from engine.request import Request
 
 if TYPE_CHECKING:
@@ -78,8 +84,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("llamaserve.prefix_cache")
 
 WAIT_FOR_SOURCE_MIN = 64  # wait for a busy slot's prefill when it would save this many tokens
-DISK_MIN_GAIN = 16  # load from disk only when it beats memory by this many tokens
-DISK_MIN_SHARE = 0.25  # ...and uses at least this share of the stored sequence
 # A finished request's sequence (prompt + answer) is saved again when the answer adds this
 # many tokens to what is stored: the next turn of a conversation starts with the answer.
 ANSWER_MIN_SAVE = 16
@@ -123,12 +127,12 @@ class _Match:
     shared: int = 0  # the longest prefix any sequence shares with the prompt
 
 
-class PrefixCache(SnapshotPaths):
+class PrefixCache(SnapshotPaths, StoredPaths):
     def __init__(self, n_seq: int, kv: KvOps, *, capacity: int, unified: bool = True,
                  n_swa: int = 0, disk: DiskCache | None = None,
                  metrics: EngineMetrics | None = None,
                  disk_adapters: tuple[tuple[str, float], ...] = (),
-                 snapshot_bytes: int = 0,
+                 snapshot_bytes: int = 0, parked_bytes: int = 0,
                  is_eog: Callable[[int], bool] | None = None) -> None:
         self.slots = [Slot(i) for i in range(n_seq)]
         self.kv = kv
@@ -141,6 +145,9 @@ class PrefixCache(SnapshotPaths):
         self.metrics = metrics
         self.trees: dict[tuple[tuple[str, float], ...], PrefixTree[int]] = {}
         self.disk_adapters = disk_adapters  # the adapter set the disk cache's key covers
+        # one pool: idle sequences parked in RAM when another request starts
+        self.parked = ParkedSequences(parked_bytes, metrics) if unified and parked_bytes > 0 \
+            else None
         self.ledger = KvLedger()
         self.recurrent = kv.recurrent  # one state per sequence: reused only whole
         self.snaps = SnapshotStore(snapshot_bytes, metrics)  # ...or from a snapshot
@@ -214,8 +221,8 @@ class PrefixCache(SnapshotPaths):
             return False
         placed = None
         if reuse:
-            placed = self._from_disk(r, match.usable, reserved,
-                                     keep=(match.slot,) if match.slot else ())
+            placed = self._from_stored(r, match.usable, reserved,
+                                       keep=(match.slot,) if match.slot else ())
         if placed is None and not reuse:
             # evaluate everything, but in the slot holding the most similar content, so the
             # KV does not fill with a second copy of it (every cell in use costs attention)
@@ -238,6 +245,7 @@ class PrefixCache(SnapshotPaths):
         r.num_computed = reused
         r.snapshot_at = self._snapshot_points(r, reused, match.shared) \
             if self.snapshots_on and r.params.cache_prompt else []
+        self.park_idle(keep=slot)
         if r.suspensions:  # back after giving its sequence up: the reuse is its own work
             return True
         r.cached_tokens = reused
@@ -330,61 +338,6 @@ class PrefixCache(SnapshotPaths):
             self._save(dst)  # a prefix two prompts share is worth keeping across restarts
         return dst, n, "memory"
 
-    def _from_disk(self, r: Request, in_memory: int, reserved: int,
-                   keep: tuple[Slot, ...]) -> tuple[Slot, int, str] | None:
-        """Load the stored sequence sharing the longest prefix with the prompt, then cut it
-        where the prompt diverges (a prompt saved by another turn, or another replica,
-        with the same system prompt and tools but another question still serves them)."""
-        if self.disk is None or r.adapters != self.disk_adapters:
-            return None
-        for shared, name, stored in self.disk.sharing(r.prompt):
-            if shared < in_memory + DISK_MIN_GAIN:
-                return None
-            if DISK_MIN_SHARE * len(stored) > shared:
-                continue  # mostly another conversation: loading it costs more than it saves
-            n = r.reusable(min(shared, len(r.prompt) - 1))
-            # a recurrent state or a window: cut back through a snapshot stored with it
-            rewind = n < len(stored) and self._cut_needs_snapshot(len(stored))
-            if rewind:
-                if not self.snapshots_on:
-                    continue
-                n = max((p for p in self.disk.snapshot_positions(name)
-                         if p <= n and r.reusable(p) == p), default=0)
-                if n < in_memory + DISK_MIN_GAIN:
-                    continue
-            if not self._room(len(stored) + 1, reserved, keep):
-                return None
-            got = self.disk.read_entry(name, stored)
-            if got is None:
-                continue
-            data, snapshots = got
-            dst = self._victim(keep)
-            self._evict(dst)
-            if not self.kv.state_set(dst.seq_id, data):
-                log.warning("llama.cpp rejected disk cache entry %s", name)
-                self.disk.discard(name, "corrupt")
-                self._evict(dst)
-                continue
-            self.ledger.append(dst.seq_id, len(stored))
-            dst.tokens = list(stored)
-            if self.snapshots_on:
-                for pos in sorted(snapshots, key=lambda p: (p == n, p)):  # n's kept last
-                    self.snaps.add(dst.seq_id, pos, snapshots[pos])
-            if rewind:
-                if not self._from_disk_snapshot(dst, r, n, name):
-                    self._evict(dst)
-                    continue
-            elif n < len(stored):  # diverges (or the whole prompt was stored): cut there
-                if self._usable(dst, n, r)[0] < n or not self.kv.seq_trim(
-                        dst.seq_id, r.positions.next(n)):
-                    self._evict(dst)
-                    return None
-                self.ledger.truncate(dst.seq_id, n)
-                dst.tokens = dst.tokens[:n]
-            self.disk.hit()
-            return dst, n, "disk"
-        return None
-
     # -- progress and release -----------------------------------------------------
     def committed(self, r: Request, tokens: list[int]) -> None:
         slot = self.slots[r.seq_id]
@@ -411,23 +364,6 @@ class PrefixCache(SnapshotPaths):
     def prefill_done(self, r: Request) -> None:
         """The sequence holds exactly the prompt: save it to disk if that is worth it."""
         self._save(self.slots[r.seq_id])
-
-    def save_all(self) -> None:
-        """Save every cached sequence the disk cache wants (at shutdown or unload; the
-        engine thread has stopped)."""
-        for slot in self.slots:
-            if slot.tokens:
-                self._save(slot)
-
-    def _save(self, slot: Slot, min_new: int | None = None) -> None:
-        if self.disk is not None and slot.adapters == self.disk_adapters \
-                and not slot.rolled_back and self.disk.wants(slot.tokens, min_new):
-            try:
-                snaps = tuple((p, s.data) for p in self.snaps.positions(slot.seq_id)
-                              if p < len(slot.tokens) and (s := self.snaps.get(slot.seq_id, p)))
-                self.disk.put(slot.tokens, self.kv.state_get(slot.seq_id), snaps)
-            except Exception:  # a failed save costs a future cache hit, nothing else
-                log.exception("could not serialize sequence %d for the disk cache", slot.seq_id)
 
     def release(self, r: Request, keep: bool) -> None:
         """The request is done with its slot; keep its KV for later requests unless told not

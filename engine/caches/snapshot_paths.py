@@ -121,19 +121,6 @@ class SnapshotPaths:
             self._save(dst)  # a prefix two prompts share is worth keeping across restarts
         return dst, n, "memory"
 
-    def _from_disk_snapshot(self, dst: Slot, r: Request, n: int, name: str) -> bool:
-        """``dst`` holds disk entry ``name`` whole: cut it back to ``n`` through the
-        snapshot saved with it there."""
-        snap = self.snaps.get(dst.seq_id, n)
-        if snap is None or not self._rewind(dst.seq_id, r, snap, None,
-                                            f"disk cache entry {name}"):
-            return False
-        self.ledger.truncate(dst.seq_id, n)
-        self.snaps.truncate(dst.seq_id, n)
-        dst.tokens = dst.tokens[:n]
-        self._restored(n, "disk")
-        return True
-
     def _rewind(self, seq: int, r: Request, snap: Snapshot, src: int | None, where: str
                 ) -> bool:
         """Restore ``snap`` into ``seq`` (from ``src``'s KV if given) and check the result;
