@@ -165,6 +165,33 @@ def test_concurrent_requests_share_one_system_prompt(qwen: ServerProcess) -> Non
         assert_same_greedy(warm, chat(client, system, q, cache_prompt=False))
 
 
+def test_an_idle_conversation_is_parked_and_comes_back_with_the_cold_answer(
+        qwen: ServerProcess) -> None:
+    """One KV pool: when another request starts, an idle conversation leaves the pool for
+    RAM (its cells no longer widen the other's attention) and its next request gets it back
+    whole, with the answer a cold evaluation gives."""
+    client = client_for(qwen)
+    system = system_prompt(300, "parked")
+    n_system = len(tokenize(qwen, system))
+    chat(client, system, "What about orchards?")
+    cells_alone = qwen.metrics()["llamaserve_kv_cells_used"]
+    before = qwen.metrics()
+    other = chat(client, system_prompt(200, "elsewhere"), "What about looms?")
+    assert other.cached < 20
+    m = qwen.metrics()
+    assert m["llamaserve_parked_sequences"] >= 1
+    # the pool holds the other conversation and nothing of this one
+    assert m["llamaserve_kv_cells_used"] < cells_alone
+    warm = chat(client, system, "What about orchards?")
+    assert warm.cached >= n_system
+    after = qwen.metrics()
+    assert after["llamaserve_parked_sequences_restored_total"] \
+        > before.get("llamaserve_parked_sequences_restored_total", 0)
+    assert after["llamaserve_prompt_tokens_cached_total{source=ram}"] \
+        - before.get("llamaserve_prompt_tokens_cached_total{source=ram}", 0) == warm.cached
+    assert_same_greedy(warm, chat(client, system, "What about orchards?", cache_prompt=False))
+
+
 def test_disk_cache_survives_restart_and_skips_bad_files(tmp_path: Path) -> None:
     disk = tmp_path / "disk"
     cfg = qwen_config()
