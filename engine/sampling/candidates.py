@@ -120,8 +120,9 @@ class Candidates:
         ids = _NONE
         if c.floor > -np.inf:  # (a float32 floor: a Python float costs a third more)
             np.greater_equal(row, np.float32(c.floor), out=self._above)
-            if np.count_nonzero(self._above) <= WINDOW_MAX_RANKS * target:
-                ids = self._above.nonzero()[0]  # (else the logits rose past the floor)
+            ids = self._above.nonzero()[0]
+            if len(ids) > WINDOW_MAX_RANKS * target:  # the logits rose past the floor
+                ids = _NONE
         if len(ids) < k:
             found = _estimated_floor(row, k, 2 * target)
             if found is None:
