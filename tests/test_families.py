@@ -25,6 +25,7 @@ from conftest import model_path
 from engine.constraints.grammar import xml_tool_call_grammar
 from engine.constraints.grammar_shapes import shaped_call_grammar
 from parsers.call_items import MarkupValues, markup_values
+from parsers.call_shape import json_type
 from parsers.chat_template import ChatTemplate, TemplateError
 from parsers.families import FAMILIES, by_name, detect
 from parsers.message_stream import MessageDelta, MessageStream
@@ -304,6 +305,71 @@ def test_bare_text_cannot_hold_the_close_of_its_value(walker: GrammarWalker) -> 
         text = m3.shape.render([("f", {"s": value})])
         assert walker.accepts(grammar.text, text), value
         assert _read_back(stream_layout(m3.schema), tool, grammar, text) == {"s": value}
+
+
+def _markup(shape: Any, values: list[tuple[str, str, str | None]]) -> str:
+    """One call to ``f`` whose values are written as given: (key, text, the JSON type the
+    text is written as, or None for bare text)."""
+    body = "".join(f"{shape.key_open}{key}"
+                   f"{shape.key_close if kind is None else shape.typed_key_close(kind)}"
+                   f"{text}{shape.close_value(key)}" for key, text, kind in values)
+    head = shape.name_close.replace("{index}", "1")
+    return f"{shape.section_open.lstrip()}{shape.call_open}f{head}{body}{shape.call_close}" \
+           f"{shape.section_close}"
+
+
+@pytest.mark.parametrize("family", PAIRED, ids=[f.name for f in PAIRED])
+def test_no_value_can_write_the_close_its_schema_seems_to_allow(family: Any,
+                                                               walker: GrammarWalker) -> None:
+    """A value whose own schema could write the family's value close ("</parameter>"):
+    listed values (now written as JSON, "<" escaped), a pattern's negated class or
+    shorthand (bare and in JSON), a json-pointer, a map's key pattern. The parser's lazy
+    regex would cut such a value at the close: the grammar admits no such text, what it
+    admits reads back valid, and a pattern that names "<" itself is refused under
+    ``strict`` (a clear error, not a cut answer)."""
+    shape = family.shape
+    close = shape.close_value("v").rstrip("\n")
+    listed = ["plain", f"a{close}b", "x<y"]
+    params = {"type": "object", "additionalProperties": False, "properties": {
+        "e": {"enum": listed},
+        "p": {"type": "string", "pattern": "^[^q]{1,40}$"},
+        "s": {"type": "string", "pattern": "^\\S{1,40}$"},
+        "n": {"anyOf": [{"type": "string", "pattern": "^[^q]{1,40}$"}, {"type": "null"}]},
+        "j": {"type": "string", "format": "json-pointer", "maxLength": 40},
+        "m": {"type": "object", "patternProperties": {"^[^q]{1,30}$": {"type": "integer"}},
+              "additionalProperties": False, "maxProperties": 1}}}
+    tool = _tool({**params, "required": list(params["properties"])})
+    layout = stream_layout(family.schema)
+    grammar = shaped_call_grammar([tool], shape, parallel=False, lazy=False)
+    written = markup_values(grammar.markup_values)["f"]
+    assert written["e"] is True and written["p"] is False  # listed values holding "<": JSON
+    good = {"e": f"a{close}b", "p": "a b", "s": "a/b", "n": "ab", "j": "/a", "m": {"k": 1}}
+
+    def text(values: dict[str, Any], escape: bool = True) -> str:
+        """The call, each value bare or as JSON as the grammar writes it ("<" escaped)."""
+        return _markup(shape, [
+            (k, v if not written[k] else json.dumps(v, ensure_ascii=False).replace(
+                "<", "\\u003c" if escape else "<"), None if not written[k] else json_type(v))
+            for k, v in values.items()])
+
+    assert walker.accepts(grammar.text, text(good)), text(good)
+    args = _read_back(layout, tool, grammar, text(good))
+    assert args == good
+    jsonschema.validate(args, tool["function"]["parameters"])
+    inside = {"e": f"a{close}b", "p": f"a{close}b", "s": f"a{close}b", "n": f"a{close}b",
+              "j": f"/a{close}", "m": {f"k{close}": 1}}
+    for key, bad in inside.items():
+        assert not walker.accepts(grammar.text, text({**good, key: bad}, escape=False)), \
+            (family.name, key)
+    for seed in range(3):  # what the grammar writes reads back valid
+        walked = walker.walk(grammar.text, np.random.default_rng(seed), max_steps=2000)
+        if walked is not None:
+            jsonschema.validate(_read_back(layout, tool, grammar, walked),
+                                tool["function"]["parameters"])
+    named = _tool({"type": "object", "properties": {"t": {"type": "string",
+                                                          "pattern": "^<[a-z]+>$"}}})
+    with pytest.raises(ValueError, match="closes a value"):
+        shaped_call_grammar([named], shape, parallel=False, lazy=False)
 
 
 def test_a_nul_escape_reads_back_as_json() -> None:

@@ -23,7 +23,10 @@ from engine.constraints.grammar import GrammarError, json_grammar
 from engine.constraints.schema_merge import disjoint, value_key
 
 POOL: list[Any] = [0, 1, 1.0, 2, 2.5, -3, 10, "a", "bb", "", None, True, False, [], [1, 1],
-                   [1, 2], [2, "a"], {}, {"a": 1}, {"a": "x", "b": 2}, {"b": None}]
+                   [1, 2], [2, "a"], {}, {"a": 1}, {"a": "x", "b": 2}, {"b": None},
+                   # what JSON escapes (a grammar llama.cpp could not parse, or that wrote a
+                   # raw line break into the string), and what is not ASCII
+                   'a"b', "c\\d", "x\ny", "café", {'k"': "\\"}]
 # keywords a grammar cannot hold in general, each beside the listed values
 BESIDE: list[dict[str, Any]] = [
     {"not": {"const": 1}}, {"not": {"type": "string"}}, {"not": {"enum": [[], {}]}},
@@ -78,8 +81,8 @@ def test_listed_values_are_allowed_exactly_when_valid(
         return
     assert not grammar.relaxed
     for v in listed:
-        assert checker.accepts(grammar.text, json.dumps(v)) == (value_key(v) in valid), \
-            (schema, v)
+        assert checker.accepts(grammar.text, json.dumps(v, ensure_ascii=False)) == (
+            value_key(v) in valid), (schema, v)
     assert not checker.accepts(grammar.text, json.dumps("zz-not-listed"))
 
 

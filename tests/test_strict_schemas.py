@@ -127,7 +127,8 @@ def test_strict_refusals_name_the_keyword_and_its_path() -> None:
 
 # -- random schemas ---------------------------------------------------------------------
 PATTERNS = ["^[a-z]{2,5}$", "^\\d{3}-\\d{4}$", "[A-Z]", "^(foo|bar)+$", "^.{1,4}$",
-            "^[^@\\s]+@[a-z]+\\.com$", "x", "^[\\w.-]{1,8}$", "^a?b*c$", "^(?:ab|cd)\\.$"]
+            "^[^@\\s]+@[a-z]+\\.com$", "x", "^[\\w.-]{1,8}$", "^a?b*c$", "^(?:ab|cd)\\.$",
+            "^[^q]{1,12}$", "^\\S{1,12}$"]
 FORMATS = ["date", "time", "date-time", "email", "ipv4", "ipv6", "uuid", "hostname", "uri",
            "duration", "regex", "color"]
 
@@ -147,7 +148,9 @@ def _strings() -> Any:
     return st.fixed_dictionaries({"type": st.just("string")}, optional={
         "pattern": st.sampled_from(PATTERNS), "format": st.sampled_from(FORMATS),
         "minLength": st.integers(0, 4), "maxLength": st.integers(0, 8),
-        "enum": st.lists(st.sampled_from(["a", "bb", "ccc", "2024-01-05", "x@y.com"]),
+        # (and values JSON escapes, or that hold a call markup's value close)
+        "enum": st.lists(st.sampled_from(["a", "bb", "ccc", "2024-01-05", "x@y.com", 'a"b',
+                                          "c\\d", "x\ny", "café", "a<b", "</parameter>"]),
                          min_size=1, max_size=4, unique=True)})
 
 
@@ -166,7 +169,8 @@ def _scalar_lists() -> Any:
 def _leaves() -> Any:
     return st.one_of(_numbers(), _strings(), _scalar_lists(), st.just({"type": "boolean"}),
                      st.just({"type": "null"}), st.just({}),
-                     st.fixed_dictionaries({"const": st.sampled_from([1, "k", None, True])}))
+                     st.fixed_dictionaries({"const": st.sampled_from([1, "k", None, True,
+                                                                      'q"\\'])}))
 
 
 def _containers(inner: Any) -> Any:

@@ -34,6 +34,7 @@ from engine.constraints.schema_converter import _class_char as _class_char
 from engine.constraints.schema_converter import _converter as _converter
 from engine.constraints.schema_converter import counted
 from engine.constraints.schema_converter import custom_rule as custom_rule
+from engine.constraints.schema_patterns import excluded
 from engine.constraints.schema_terms import ENTRY_COUNT, KEY_PATTERN
 
 _G: Any = llama_cpp.llama_grammar  # untyped Python module: used through Any
@@ -106,13 +107,16 @@ _PATTERN_ANY = r'[^"\\\x00-\x1F\x7F]'  # a pattern's "." (or an open class) insi
 
 
 def strings_without(text: str, chars: str) -> str:
-    """``text`` with ``chars`` left out of JSON strings' unescaped characters, a pattern's
-    "." included (each is still written as its ``\\u`` escape), so that in call markup
-    whose value close holds one of them a string's own characters cannot write the close.
-    A listed value, or a pattern, format or custom grammar naming one of them, still can
-    (a known gap: docs/TOOLS.md)."""
+    """``text`` with ``chars`` left out of JSON strings' unescaped characters: the string
+    character (each is still written as its ``\\u`` escape), a pattern's "." and every class
+    of "any character but JSON's unsafe ones" (an object's other keys). With the rest
+    (listed values escaped, patterns' own classes, ``schema_patterns.excluding``), no
+    string in a call's JSON can write markup that closes a value with one of them."""
     text = text.replace(_STRICT_CHAR_RULE, f"{_STRICT_CHAR_RULE[:-3]}{chars}] |", 1)
-    return text.replace(_PATTERN_ANY, f"{_PATTERN_ANY[:-1]}{chars}]")
+    return text.replace(_ANY_SAFE_END, f"{chars}{_ANY_SAFE_END}")
+
+
+_ANY_SAFE_END = _PATTERN_ANY[2:]  # how a class of any character JSON leaves unescaped ends
 
 
 def strict_strings(text: str) -> str:
@@ -237,8 +241,10 @@ def written_as_text(target: Any) -> bool:
     if not isinstance(target, dict):
         return False
     values = target.get("enum", [target["const"]] if "const" in target else None)
-    if values is not None:
-        return isinstance(values, list) and all(isinstance(v, str) for v in values)
+    if values is not None:  # (one holding a character markup closes values with: JSON,
+        # which writes it escaped)
+        return isinstance(values, list) and all(
+            isinstance(v, str) and not set(v) & set(excluded()) for v in values)
     kind = target.get("type")
     if kind == "string" or (isinstance(kind, list) and "string" in kind):
         return not set(target) & {"anyOf", "oneOf", "allOf", "$ref"}

@@ -33,6 +33,7 @@ from engine.constraints.grammar import (
     written_as_text,
 )
 from engine.constraints.json_schema import SchemaSet
+from engine.constraints.schema_patterns import excluded, excluding
 
 
 class Shape(Protocol):
@@ -103,6 +104,15 @@ def _text_rule(value_close: str) -> str:
 
 def _shaped(tools: list[dict[str, Any]], shape: Shape, *, parallel: bool, lazy: bool,
             after: str | None) -> Grammar:
+    # a value close holding "<" (MiniMax's "</parameter>"): no string a value holds may
+    # write it, or the parser's lazy regex would cut the value there (listed values and
+    # JSON strings write it escaped, patterns leave it out, bare text never holds it)
+    with excluding("<" if shape.pairs and "<" in shape.value_close else ""):
+        return _shaped_calls(tools, shape, parallel=parallel, lazy=lazy, after=after)
+
+
+def _shaped_calls(tools: list[dict[str, Any]], shape: Shape, *, parallel: bool, lazy: bool,
+                  after: str | None) -> Grammar:
     conv, schemas = _converter(), SchemaSet()
     if shape.pairs:
         conv._add_rule("xml-text", _text_rule(shape.value_close))
@@ -150,11 +160,8 @@ def _shaped(tools: list[dict[str, Any]], shape: Shape, *, parallel: bool, lazy: 
         conv._add_rule("root", body)
         grammar = _grammar(conv, schemas,
                            (_trigger(shape.marker),) if lazy and shape.marker else ())
-    if shape.pairs and "<" in shape.value_close:
-        # a JSON value's string holding the close would end the value there when read
-        # back (the parser's regex stops at the first close; bare text, _text_rule, never
-        # holds the close's start; listed values and patterns can: docs/TOOLS.md)
-        grammar = replace(grammar, text=strings_without(grammar.text, "<"))
+    if excluded():  # the string character and classes of any character, as _shaped says
+        grammar = replace(grammar, text=strings_without(grammar.text, excluded()))
     return replace(grammar, markup_values=tuple(written))
 
 

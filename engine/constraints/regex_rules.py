@@ -20,6 +20,8 @@ import json
 import re
 from dataclasses import dataclass
 
+from engine.constraints.schema_patterns import escape_excluded, excluded
+
 MAX_CHAR = 0x10FFFF
 MAX_COUNT = 1000  # llama.cpp writes a count n as n rules (json_schema.REPEAT_LIMIT)
 JSON_UNSAFE = ((0x00, 0x1F), (0x22, 0x22), (0x5C, 0x5C), (0x7F, 0x7F))  # escaped in JSON
@@ -357,7 +359,8 @@ def class_text(ranges: Ranges) -> str:
 def write(node: Node, json_mode: bool) -> str:
     """``node`` as a GBNF expression of its text, bare or as the inside of a JSON string."""
     if isinstance(node, Text):
-        text = json.dumps(node.text, ensure_ascii=False)[1:-1] if json_mode else node.text
+        text = escape_excluded(json.dumps(node.text, ensure_ascii=False)[1:-1]) \
+            if json_mode else node.text
         return gbnf_literal(text) if text else '""'
     if isinstance(node, Chars):
         return _chars(node.ranges, json_mode)
@@ -381,11 +384,14 @@ def _chars(ranges: Ranges, json_mode: bool) -> str:
     if not json_mode:
         return class_text(ranges)
     options = []
-    safe = subtract(ranges, JSON_UNSAFE)
+    markup = normalize([(ord(c), ord(c)) for c in excluded()])  # (escaped: call markup)
+    safe = subtract(subtract(ranges, JSON_UNSAFE), markup)
     if safe:
         options.append(class_text(safe))
     for lo, hi in intersect(ranges, _ESCAPED):
         options += [gbnf_literal(json.dumps(chr(c))[1:-1]) for c in range(lo, hi + 1)]
+    for lo, hi in intersect(ranges, markup):
+        options += [gbnf_literal(f"\\u{c:04x}") for c in range(lo, hi + 1)]
     if not options:
         raise RegexError("a class of control characters only cannot be written in a "
                          "JSON string")

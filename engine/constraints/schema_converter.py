@@ -32,7 +32,7 @@ from engine.constraints.lark_rules import (
 )
 from engine.constraints.regex_rules import class_char, gbnf_literal
 from engine.constraints.schema_numbers import number_bounds
-from engine.constraints.schema_patterns import JSON_UNSAFE, REPEAT_LIMIT
+from engine.constraints.schema_patterns import JSON_UNSAFE, REPEAT_LIMIT, escape_excluded
 from engine.constraints.schema_terms import DISTINCT, ENTRY_COUNT, KEY_PATTERN
 
 _G: Any = llama_cpp.llama_grammar  # untyped Python module: used through Any
@@ -92,6 +92,16 @@ class _Converter(_G.SchemaConverter):  # type: ignore[misc]
         self._shared_rules: dict[tuple[Any, ...], str] = {}  # a bound's key: its rule
         self._key_pattern: str | None = None  # the next object's other keys (KEY_PATTERN)
         self._entry_count: list[Any] | None = None  # and how many it holds (ENTRY_COUNT)
+
+    def _format_literal(self, literal: str) -> str:
+        # the port escapes quotes and line breaks but not a backslash, so a listed value
+        # holding a quote or a backslash (JSON writes them \" and \\) made a grammar
+        # llama.cpp cannot parse, and one holding a line break (\n) a grammar that wrote
+        # it raw into the string (not JSON); non-ASCII is written as it is
+        return str(super()._format_literal(literal.replace("\\", "\\\\")))
+
+    def _generate_constant_rule(self, value: Any) -> str:
+        return self._format_literal(escape_excluded(json.dumps(value, ensure_ascii=False)))
 
     def visit(self, schema: Any, name: str) -> Any:
         if isinstance(schema, dict) and (KEY_PATTERN in schema or ENTRY_COUNT in schema):
@@ -186,7 +196,7 @@ class _Converter(_G.SchemaConverter):  # type: ignore[misc]
             value = self.visit(schema, f"{prefix}{prop}")
             kvs.append((f"{prefix}{prop}", self._add_rule(
                 f"{prefix}{prop}-kv",
-                f'{self._format_literal(json.dumps(prop))} space ":" space {value}'),
+                f'{self._generate_constant_rule(prop)} space ":" space {value}'),
                 prop in required))
         other = None
         if additional_properties == True or isinstance(additional_properties, dict):  # noqa: E712

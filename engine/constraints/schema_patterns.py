@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import contextlib
 import re
+from collections.abc import Iterator
+from contextvars import ContextVar
 
 # llama.cpp sees a count n as n nested rules: past this it is not enforced (relaxed)
 REPEAT_LIMIT = 1000
@@ -28,12 +30,51 @@ _SHORTHANDS = {"d": "0-9", "w": "a-zA-Z0-9_", "s": " "}  # \s: the one safe whit
 # Unicode spaces): subsets without the quote and backslash
 _NEGATED = {"D": "[!#-/:-\\x5B\\x5D-~ ]", "W": "[ !#-/:-@\\x5B\\x5D\\x5E`{-~]",
             "S": "[!#-\\x5B\\x5D-~]"}
+# \D \W \S above as ranges, for when characters are left out of them (``excluding``)
+_NEGATED_RANGES = {"D": [(0x20, 0x21), (0x23, 0x2F), (0x3A, 0x5B), (0x5D, 0x7E)],
+                   "W": [(0x20, 0x21), (0x23, 0x2F), (0x3A, 0x40), (0x5B, 0x5B), (0x5D, 0x5E),
+                         (0x60, 0x60), (0x7B, 0x7E)],
+                   "S": [(0x21, 0x21), (0x23, 0x5B), (0x5D, 0x7E)]}
 _CLASS_SPECIAL = {"]": "\\]", "[": "\\[", "-": "\\x2D", "^": "\\x5E"}  # as 1-item classes
 _CONVERTER_ESCAPES = set("[]()|{}*+?")  # escapes the converter itself reads as literals
 
 
 class PatternError(ValueError):
     """A pattern the grammar cannot enforce inside a JSON string; says what."""
+
+
+# characters a string may not hold as they are while a grammar is built: call markup that
+# closes a value with one (MiniMax's "</parameter>") would have its parser cut the value
+# there. JSON strings write them as a \u escape (their listed values, ``escape_excluded``);
+# a pattern leaves them out of its classes, and one that names one is refused.
+_EXCLUDED: ContextVar[tuple[int, ...]] = ContextVar("excluded", default=())
+
+
+@contextlib.contextmanager
+def excluding(chars: str) -> Iterator[None]:
+    token = _EXCLUDED.set(tuple(sorted({ord(c) for c in chars})))
+    try:
+        yield
+    finally:
+        _EXCLUDED.reset(token)
+
+
+def excluded() -> str:
+    return "".join(map(chr, _EXCLUDED.get()))
+
+
+def escape_excluded(json_text: str) -> str:
+    """JSON text with the excluded characters written as their ``\\u`` escapes (the same
+    value; outside strings JSON has none of the characters markup closes with)."""
+    for c in excluded():
+        json_text = json_text.replace(c, f"\\u{ord(c):04x}")
+    return json_text
+
+
+def _refused(code: int) -> None:
+    if code in _EXCLUDED.get():
+        raise PatternError(f"the character {chr(code)!r}, with which this model's call "
+                           "markup closes a value")
 
 
 def python_regex(pattern: str) -> None:
@@ -122,6 +163,14 @@ class _Rewriter:
         self.rx, self.i = rx, 0
         self.out: list[str] = []
 
+    def _shorthand(self, e: str) -> None:
+        """\\D, \\W or \\S: printable ASCII (see ``_NEGATED``), excluded characters left out."""
+        if not _EXCLUDED.get():
+            self.out.append(_NEGATED[e])
+            return
+        holes = [(c, c) for c in _EXCLUDED.get()]
+        self.out.append("[" + _class_text(_subtract(_NEGATED_RANGES[e], holes)) + "]")
+
     def run(self) -> str:
         rx = self.rx
         while self.i < len(rx):
@@ -155,6 +204,7 @@ class _Rewriter:
             elif c == '"' or ord(c) < 0x20 or c == "\x7f":
                 raise PatternError(f"the character {c!r}, which a JSON string escapes")
             else:
+                _refused(ord(c))
                 self.out.append(c)
                 self.i += 1
         return "".join(self.out)
@@ -168,7 +218,7 @@ class _Rewriter:
         if e in _SHORTHANDS:
             self.out.append(f"[{_SHORTHANDS[e]}]")
         elif e in "DWS":
-            self.out.append(_NEGATED[e])
+            self._shorthand(e)
         elif e in _CONVERTER_ESCAPES:
             self.out.append("\\" + e)
         elif e in "uxU":
@@ -180,10 +230,12 @@ class _Rewriter:
             self.i += digits
             if code < 0x20 or code in (0x22, 0x5C, 0x7F) or 0xD800 <= code <= 0xDFFF:
                 raise PatternError(f"the character U+{code:04X}, which a JSON string escapes")
+            _refused(code)
             self.out.append(f"[\\x{code:02X}]" if code < 0x100 else chr(code))
         elif e.isalnum() or e in "\\\"":
             raise PatternError(f"the escape '\\{e}'")
         else:  # escaped punctuation: the character itself, as a one-item class
+            _refused(ord(e))
             self.out.append("[" + _CLASS_SPECIAL.get(e, e) + "]")
 
     def _class(self) -> None:
@@ -195,7 +247,7 @@ class _Rewriter:
         if negated:
             inner = inner[1:]
         elif inner in ("\\D", "\\W", "\\S"):  # [\S]: the shorthand itself
-            self.out.append(_NEGATED[inner[1]])
+            self._shorthand(inner[1])
             return
         ranges: list[tuple[int, int]] = []
         shorthands = False
@@ -221,10 +273,11 @@ class _Rewriter:
             # a validator's \d, \s, \w reach into other scripts: printable ASCII outside
             # the class instead (a subset)
             ranges, negated = _subtract([(0x20, 0x7E)], ranges), False
+        unsafe = UNSAFE + [(c, c) for c in _EXCLUDED.get()]
         if negated:
-            self.out.append("[^" + _class_text(ranges + UNSAFE) + "]")
+            self.out.append("[^" + _class_text(ranges + unsafe) + "]")
             return
-        safe = _subtract(ranges, UNSAFE)
+        safe = _subtract(ranges, unsafe)
         if not safe:
             raise PatternError("a character class of only characters a JSON string escapes")
         self.out.append("[" + _class_text(safe) + "]")
