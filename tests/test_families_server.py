@@ -236,6 +236,32 @@ def test_markup_values_come_back_as_the_grammar_wrote_them(client: OpenAI, famil
                         TYPED["function"]["parameters"])
 
 
+@pytest.mark.parametrize("family", [f for f in BARE_VALUES if f != "qwen3-xml"])
+def test_a_listed_value_holding_the_close_comes_back_whole(client: OpenAI, family: str) -> None:
+    """A strict tool whose only allowed value holds the family's own value close
+    ("...</parameter>..."), forced through the SDK: written raw, the parser cut the value
+    at it; written as JSON with "<" escaped, it comes back whole. A pattern naming "<"
+    cannot be kept apart from the markup: a 400 naming it, not a cut answer."""
+    from parsers.families import by_name
+    close = by_name(family).shape.close_value("v").rstrip("\n")
+    value = f"a{close}b"
+    tool = {"type": "function", "function": {"name": "pick", "strict": True, "parameters": {
+        "type": "object", "properties": {"v": {"enum": [value]}}, "required": ["v"],
+        "additionalProperties": False}}}
+    for stream in (False, True):
+        message, finish = ask(client, alias(FAMILY_TEMPLATES[family]), stream, tools=[tool],
+                              tool_choice={"type": "function", "function": {"name": "pick"}},
+                              seed=3, max_tokens=2 * MAX_TOKENS, **THINK)
+        assert finish == "tool_calls", (message, finish)
+        assert json.loads(message["tool_calls"][0]["arguments"]) == {"v": value}
+    named = {"type": "function", "function": {"name": "tag", "strict": True, "parameters": {
+        "type": "object", "properties": {"t": {"type": "string", "pattern": "^<[a-z]+>$"}},
+        "required": ["t"], "additionalProperties": False}}}
+    with pytest.raises(BadRequestError, match="closes a value"):
+        ask(client, alias(FAMILY_TEMPLATES[family]), False, tools=[named],
+            tool_choice={"type": "function", "function": {"name": "tag"}}, max_tokens=8)
+
+
 @pytest.mark.parametrize("route", ["responses", "anthropic"])
 def test_markup_values_come_back_as_written_on_every_route(server: ServerProcess,
                                                            client: OpenAI, route: str) -> None:
