@@ -368,8 +368,11 @@ class Runner:
     def seq_pos_min(self, seq: int) -> int:
         return int(L.llama_memory_seq_pos_min(self.mem, seq))
 
+    def state_size(self, seq: int) -> int:
+        return int(L.llama_state_seq_get_size(self.ctx, seq))
+
     def state_get(self, seq: int) -> bytearray:
-        size = int(L.llama_state_seq_get_size(self.ctx, seq))
+        size = self.state_size(seq)
         data = bytearray(size)
         n = int(L.llama_state_seq_get_data(
             self.ctx, (ctypes.c_uint8 * size).from_buffer(data), size, seq))

@@ -148,6 +148,9 @@ class FakeKv:
         pos = self.win.get(seq) if self.window is not None else self.seqs.get(seq)
         return pos[0] if pos else -1
 
+    def state_size(self, seq: int) -> int:
+        return len(self.state_get(seq))
+
     def state_get(self, seq: int) -> bytearray:
         if self.recurrent:
             return bytearray(json.dumps({"pos": self.seqs.get(seq, []),

@@ -326,7 +326,8 @@ def test_no_value_can_write_the_close_its_schema_seems_to_allow(family: Any,
     shorthand (bare and in JSON), a json-pointer, a map's key pattern. The parser's lazy
     regex would cut such a value at the close: the grammar admits no such text, what it
     admits reads back valid, and a pattern that names "<" itself is refused under
-    ``strict`` (a clear error, not a cut answer)."""
+    ``strict`` (a clear error, not a cut answer). So is a custom tool grammar (written as a
+    JSON string now) and an object's other keys beside a declared name holding "<"."""
     shape = family.shape
     close = shape.close_value("v").rstrip("\n")
     listed = ["plain", f"a{close}b", "x<y"]
@@ -337,19 +338,26 @@ def test_no_value_can_write_the_close_its_schema_seems_to_allow(family: Any,
         "n": {"anyOf": [{"type": "string", "pattern": "^[^q]{1,40}$"}, {"type": "null"}]},
         "j": {"type": "string", "format": "json-pointer", "maxLength": 40},
         "m": {"type": "object", "patternProperties": {"^[^q]{1,30}$": {"type": "integer"}},
-              "additionalProperties": False, "maxProperties": 1}}}
+              "additionalProperties": False, "maxProperties": 1},
+        "c": {"type": "string", "x-custom-grammar": {"syntax": "regex",
+                                                     "definition": "[^q\\n]{1,60}"}},
+        "o": {"type": "object", "properties": {"<b": {"type": "integer"}},
+              "additionalProperties": {"type": "integer"}}}}
     tool = _tool({**params, "required": list(params["properties"])})
     layout = stream_layout(family.schema)
     grammar = shaped_call_grammar([tool], shape, parallel=False, lazy=False)
     written = markup_values(grammar.markup_values)["f"]
     assert written["e"] is True and written["p"] is False  # listed values holding "<": JSON
-    good = {"e": f"a{close}b", "p": "a b", "s": "a/b", "n": "ab", "j": "/a", "m": {"k": 1}}
+    assert written["c"] is True  # a custom grammar: JSON, "<" escaped
+    good = {"e": f"a{close}b", "p": "a b", "s": "a/b", "n": "ab", "j": "/a", "m": {"k": 1},
+            "c": "a<b", "o": {"<b": 1}}
 
-    def text(values: dict[str, Any], escape: bool = True) -> str:
-        """The call, each value bare or as JSON as the grammar writes it ("<" escaped)."""
+    def text(values: dict[str, Any], raw: str = "") -> str:
+        """The call, each value bare or as JSON as the grammar writes it ("<" escaped, but
+        in the value of ``raw``)."""
         return _markup(shape, [
             (k, v if not written[k] else json.dumps(v, ensure_ascii=False).replace(
-                "<", "\\u003c" if escape else "<"), None if not written[k] else json_type(v))
+                "<", "<" if k == raw else "\\u003c"), None if not written[k] else json_type(v))
             for k, v in values.items()])
 
     assert walker.accepts(grammar.text, text(good)), text(good)
@@ -357,10 +365,14 @@ def test_no_value_can_write_the_close_its_schema_seems_to_allow(family: Any,
     assert args == good
     jsonschema.validate(args, tool["function"]["parameters"])
     inside = {"e": f"a{close}b", "p": f"a{close}b", "s": f"a{close}b", "n": f"a{close}b",
-              "j": f"/a{close}", "m": {f"k{close}": 1}}
+              "j": f"/a{close}", "m": {f"k{close}": 1}, "c": f"a{close}b",
+              "o": {close if close.startswith("<") else f"k{close}": 1}}
     for key, bad in inside.items():
-        assert not walker.accepts(grammar.text, text({**good, key: bad}, escape=False)), \
+        assert not walker.accepts(grammar.text, text({**good, key: bad}, raw=key)), \
             (family.name, key)
+        assert walker.accepts(grammar.text, text({**good, key: good[key]}, raw=key)) == (
+            "<" not in json.dumps(good[key], ensure_ascii=False) or not written[key]), \
+            (family.name, key)  # (the raw text's only fault is the close)
     for seed in range(3):  # what the grammar writes reads back valid
         walked = walker.walk(grammar.text, np.random.default_rng(seed), max_steps=2000)
         if walked is not None:

@@ -192,3 +192,73 @@ def test_parked_sequences_go_to_disk_at_shutdown(tmp_path: Path) -> None:
     assert [n for n, _ in disk.lookup([*c, 1])] == [500]
     assert len(disk) == before + 1
     disk.close()
+
+
+def test_a_failed_load_into_the_matched_sequence_is_not_reused_as_if_it_held_it() -> None:
+    """With one free sequence id, a parked sequence is loaded into the very sequence the
+    memory match found; when llama.cpp then rejects the state, the request must not be
+    told that the cleared sequence still holds its prefix."""
+    s, kv = make(n_seq=2)
+    run_to_end(s, kv, req(A))
+    busy = req(B)
+    s.add(busy)
+    step(s, kv)  # a parked
+    run_to_end(s, kv, req([*A[:20], *range(9000, 9100)]))  # the only free id holds A[:20]
+    kv.state_set = lambda seq, data: False  # type: ignore[method-assign]
+    c = req([*A[:1000], 1, 2, 3])
+    s.add(c)
+    step(s, kv)
+    assert c.cached_tokens in (0, 20)
+    check_in_sync(s, kv)
+
+
+def test_a_parked_sliding_window_sequence_cut_back_keeps_none_of_its_later_snapshots() -> None:
+    """A parked sequence loaded and cut where a new prompt diverges: the snapshots it was
+    parked with past the cut were taken on the other conversation's tokens, and must not
+    serve (or be parked again with) the new one."""
+    kv = FakeKv(n_swa_window=512)
+    s, kv = make(kv=kv, n_swa=512, snapshots=1 << 20)
+    a = [*range(100, 219), 2, *range(300, 480)]  # a message ends at 120: a snapshot there
+    run_to_end(s, kv, req(a))
+    run_to_end(s, kv, req(B))  # parks a with its snapshots
+    c = req([*a[:100], *range(6000, 6700)])
+    run_to_end(s, kv, c)
+    end = len(c.prompt) - 1  # c's own snapshot: one token before its prompt's end
+    assert not [p for p in s.cache.snaps.positions(c.seq_id) if 100 < p < end]
+    d = req([*c.prompt[:130], 7, 7, 7])
+    s.add(d)
+    while len(d.output) < 3:
+        step(s, kv)
+    assert not kv.wrong
+    check_in_sync(s, kv)
+
+
+def test_idle_sequences_are_parked_before_any_is_evicted_for_room() -> None:
+    s, kv = make()
+    s.cache.capacity = 3000
+    a = req(A)
+    run_to_end(s, kv, a)
+    b = req(list(range(20_000, 22_000)))
+    s.add(b)
+    step(s, kv)
+    assert s.cache.parked is not None and len(s.cache.parked) == 1  # a parked, not dropped
+    check_in_sync(s, kv)
+
+
+def test_a_sequence_too_large_to_park_is_not_copied_again_at_every_admission() -> None:
+    s, kv = make(parked=100)
+    copies = []
+    real = kv.state_get
+
+    def state_get(seq: int) -> bytearray:
+        copies.append(seq)
+        return real(seq)
+
+    kv.state_get = state_get  # type: ignore[method-assign]
+    kv.state_size = lambda seq: 10_000  # type: ignore[method-assign]
+    a = req(A)
+    run_to_end(s, kv, a)
+    for i in range(3):
+        run_to_end(s, kv, req([*range(30_000 + 1000 * i, 30_500 + 1000 * i)]))
+    assert copies == [] and kv.held(a.seq_id) == 1502
+    check_in_sync(s, kv)

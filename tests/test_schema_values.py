@@ -198,3 +198,14 @@ def test_a_subschema_of_another_draft_is_refused_under_strict() -> None:
     assert not json_grammar({"$schema": d7, "properties": {"a": {"$schema": d7,
                                                                 "type": "integer"}}},
                             strict=True).relaxed
+
+
+@pytest.mark.model
+def test_a_lone_surrogate_in_a_listed_value_is_written_as_its_escape(
+        checker: TextChecker) -> None:
+    """JSON writes a lone surrogate only as an escape (no UTF-8 text holds one): the
+    grammar must too, or its text cannot even be encoded for llama.cpp."""
+    grammar = json_grammar({"enum": ["\ud800x", "ok"]}, strict=True)
+    grammar.text.encode()
+    assert checker.accepts(grammar.text, '"\\ud800x"')
+    assert checker.accepts(grammar.text, '"ok"')

@@ -99,6 +99,7 @@ class KvOps(Protocol):
     def seq_clear(self, seq: int) -> None: ...
     def seq_pos_min(self, seq: int) -> int: ...
     def state_get(self, seq: int) -> bytearray: ...
+    def state_size(self, seq: int) -> int: ...  # (an upper bound of state_get's bytes)
     def state_set(self, seq: int, data: bytearray) -> bool: ...
     # snapshots: the partial state only (recurrent state, SWA window), and its restore
     def state_get_partial(self, seq: int) -> bytes: ...
@@ -116,6 +117,7 @@ class Slot:
     last_used: int = 0
     adapters: tuple[tuple[str, float], ...] = ()  # the LoRA set its KV was computed under
     rolled_back: bool = False  # recurrent state: a draft rollback waits for the next decode
+    stays: bool = False  # idle, and could not be parked (too large, or its copy failed)
 
 
 @dataclass(frozen=True)
@@ -195,6 +197,7 @@ class PrefixCache(SnapshotPaths, StoredPaths):
         return True
 
     def _evict(self, slot: Slot) -> None:
+        slot.stays = False
         self.kv.seq_clear(slot.seq_id)
         self.snaps.clear(slot.seq_id)
         slot.rolled_back = False
@@ -220,9 +223,13 @@ class PrefixCache(SnapshotPaths, StoredPaths):
         if match.wait and reuse:
             return False
         placed = None
+        keep = (match.slot,) if match.slot else ()
+        self.park_idle(keep)  # (before anything evicts an idle sequence to make room)
         if reuse:
-            placed = self._from_stored(r, match.usable, reserved,
-                                       keep=(match.slot,) if match.slot else ())
+            placed = self._from_stored(r, match.usable, reserved, keep)
+            if placed is None and match.slot is not None and \
+                    len(match.slot.tokens) < match.usable:  # a failed load cleared it
+                match = self._match(r)
         if placed is None and not reuse:
             # evaluate everything, but in the slot holding the most similar content, so the
             # KV does not fill with a second copy of it (every cell in use costs attention)
@@ -245,7 +252,8 @@ class PrefixCache(SnapshotPaths, StoredPaths):
         r.num_computed = reused
         r.snapshot_at = self._snapshot_points(r, reused, match.shared) \
             if self.snapshots_on and r.params.cache_prompt else []
-        self.park_idle(keep=slot)
+        slot.stays = False
+        self.park_idle((slot,))  # the matched sequence too, when it was not the one used
         if r.suspensions:  # back after giving its sequence up: the reuse is its own work
             return True
         r.cached_tokens = reused

@@ -68,22 +68,27 @@ class StoredPaths:
         def free_slots(self) -> list[Slot]: ...
 
     # -- parking ------------------------------------------------------------------------
-    def park_idle(self, keep: Slot) -> None:
+    def park_idle(self, keep: tuple[Slot, ...]) -> None:
         """Move every idle sequence but ``keep`` out of one KV pool into RAM: in one pool each
         cell in use widens every decode's attention. A sequence holding fewer than PARK_MIN
         cells of its own (the rest shared with busy ones) stays; so does one whose state
-        waits for a draft rollback."""
+        waits for a draft rollback, and one that could not be parked (``Slot.stays``: its
+        state is larger than the whole budget, or copying it failed) until it is used
+        again."""
         if self.parked is None or not self.unified:
             return
         idle = [s for s in self.free_slots()
-                if s.tokens and s is not keep and not s.rolled_back]
+                if s.tokens and s not in keep and not s.rolled_back and not s.stays]
         if not idle:
             return
-        busy = {s.seq_id for s in self.slots if s.owner is not None or s is keep}
+        busy = {s.seq_id for s in self.slots if s.owner is not None or s in keep}
         held_by_busy = self.ledger.cells(busy)
         for slot in idle:
             if self.ledger.cells(busy | {slot.seq_id}) - held_by_busy < PARK_MIN:
                 continue
+            slot.stays = True  # (unless parked below)
+            if not self.parked.fits(self.kv.state_size(slot.seq_id)):
+                continue  # larger than the whole budget: it stays in the pool
             try:
                 state = self.kv.state_get(slot.seq_id)
             except Exception:  # not parked: it stays in the pool, nothing is lost
@@ -91,7 +96,7 @@ class StoredPaths:
                 continue
             snapshots = dict(self._stored_snapshots(slot))
             if not self.parked.fits(len(state) + sum(map(len, snapshots.values()))):
-                continue  # larger than the whole budget: it stays in the pool
+                continue
             self.parked.put(slot.tokens, slot.adapters, state, snapshots)
             self._evict(slot)
 
@@ -191,6 +196,7 @@ class StoredPaths:
                     self._evict(dst)
                     return None
                 self.ledger.truncate(dst.seq_id, n)
+                self.snaps.truncate(dst.seq_id, n)  # (the stored sequence's, past the cut)
                 dst.tokens = dst.tokens[:n]
             elif self.parked is not None and store is self.parked:
                 self.parked.taken(int(name))  # back whole: the pool's copy is the one kept

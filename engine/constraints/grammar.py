@@ -240,6 +240,8 @@ def written_as_text(target: Any) -> bool:
     that says nothing a string cannot satisfy; anything else is written as JSON."""
     if not isinstance(target, dict):
         return False
+    if excluded() and CUSTOM_GRAMMAR in target:  # (JSON leaves what markup closes with out)
+        return False
     values = target.get("enum", [target["const"]] if "const" in target else None)
     if values is not None:  # (one holding a character markup closes values with: JSON,
         # which writes it escaped)

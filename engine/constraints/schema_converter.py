@@ -19,6 +19,7 @@ Python), and what this project changes in it (``_Converter``):
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -32,10 +33,16 @@ from engine.constraints.lark_rules import (
 )
 from engine.constraints.regex_rules import class_char, gbnf_literal
 from engine.constraints.schema_numbers import number_bounds
-from engine.constraints.schema_patterns import JSON_UNSAFE, REPEAT_LIMIT, escape_excluded
+from engine.constraints.schema_patterns import (
+    JSON_UNSAFE,
+    REPEAT_LIMIT,
+    escape_excluded,
+    excluded,
+)
 from engine.constraints.schema_terms import DISTINCT, ENTRY_COUNT, KEY_PATTERN
 
 _G: Any = llama_cpp.llama_grammar  # untyped Python module: used through Any
+_SURROGATE = re.compile("[\ud800-\udfff]")  # a lone one: JSON's escape (no UTF-8 has it)
 
 
 class GrammarError(ValueError):
@@ -101,7 +108,9 @@ class _Converter(_G.SchemaConverter):  # type: ignore[misc]
         return str(super()._format_literal(literal.replace("\\", "\\\\")))
 
     def _generate_constant_rule(self, value: Any) -> str:
-        return self._format_literal(escape_excluded(json.dumps(value, ensure_ascii=False)))
+        text = json.dumps(value, ensure_ascii=False)
+        text = _SURROGATE.sub(lambda m: f"\\u{ord(m[0]):04x}", text)
+        return self._format_literal(escape_excluded(text))
 
     def visit(self, schema: Any, name: str) -> Any:
         if isinstance(schema, dict) and (KEY_PATTERN in schema or ENTRY_COUNT in schema):
@@ -243,7 +252,8 @@ class _Converter(_G.SchemaConverter):  # type: ignore[misc]
             else:
                 alts.append(f"{free}+")
             for c in chars:
-                alts.append(f"{_gbnf_literal(c)} {walk(node[c])}")
+                if c not in excluded():  # (another name may not hold it raw: call markup)
+                    alts.append(f"{_gbnf_literal(c)} {walk(node[c])}")
             if "" not in node:
                 alts.append('""')  # the key may end here: no name ends here
             return str(self._add_rule(f"{rule}-{next(counter)}", " | ".join(alts)))
