@@ -262,3 +262,37 @@ def test_a_sequence_too_large_to_park_is_not_copied_again_at_every_admission() -
         run_to_end(s, kv, req([*range(30_000 + 1000 * i, 30_500 + 1000 * i)]))
     assert copies == [] and kv.held(a.seq_id) == 1502
     check_in_sync(s, kv)
+
+
+def test_parking_others_never_pushes_out_the_entry_the_prompt_is_about_to_load() -> None:
+    """RAM nearly full: parking the sequence that just finished must not drop the parked
+    conversation the new prompt resumes (least recently used, but wanted now)."""
+    s, kv = make(parked=9000)
+    run_to_end(s, kv, req(A))
+    run_to_end(s, kv, req(B))  # parks a (~7.4 kB of the 9 kB)
+    c = req([*A, 7, 7, 9, 9, 9])
+    s.add(c)
+    step(s, kv)  # parks b, which does not fit beside a
+    assert c.cached_tokens == 1502
+    check_in_sync(s, kv)
+
+
+def test_a_sequence_that_could_not_be_parked_is_tried_again_once_its_content_changed() -> None:
+    # room for a 1,000-token state beside b's, not for a 1,502-token one
+    budget = len(json.dumps(list(range(1000)))) + len(json.dumps(list(range(302)))) + 200
+    assert budget < len(json.dumps(list(range(1502))))
+    s, kv = make(n_seq=2, parked=budget)
+    a = req(A)
+    run_to_end(s, kv, a)
+    b = req(B)
+    s.add(b)
+    step(s, kv)  # a is too large to park: it stays
+    assert kv.held(a.seq_id) == 1502 and s.cache.slots[a.seq_id].stays
+    # a prompt that cuts a back in place, then finds no room: a now holds 1,000 tokens
+    assert not s.cache.admit(req([*A[:1000], 1, 2, 3]), reserved=100_000)
+    assert kv.held(a.seq_id) == 1000
+    s.remove(b)
+    run_to_end(s, kv, req(list(range(40_000, 40_300))))
+    assert s.cache.parked is not None and any(
+        len(e.tokens) == 1000 for e in s.cache.parked.entries())
+    check_in_sync(s, kv)

@@ -42,3 +42,10 @@ def test_every_match_of_the_rewrite_matches_the_original(pattern: str) -> None:
 def test_what_cannot_be_enforced_is_a_pattern_error(pattern: str) -> None:
     with pytest.raises(PatternError):
         json_string_pattern(pattern)
+
+
+def test_a_lone_surrogate_in_a_pattern_is_refused_not_copied_into_the_grammar() -> None:
+    """No UTF-8 text holds a lone surrogate, so neither can a grammar's: copied as it is,
+    the grammar's text could not even be encoded for llama.cpp."""
+    with pytest.raises(PatternError, match="surrogate"):
+        json_string_pattern("^\ud800$")

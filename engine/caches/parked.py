@@ -50,6 +50,7 @@ class ParkedSequences:
         self._trees: dict[Adapters, PrefixTree[int]] = {}
         self._ids = itertools.count()
         self._clock = itertools.count(1)
+        self._pinned: set[int] = set()  # (pin_sharing)
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -64,21 +65,26 @@ class ParkedSequences:
         return 0 < n_bytes <= self.max_bytes
 
     def put(self, tokens: list[int], adapters: Adapters, state: bytearray,
-            snapshots: dict[int, bytes]) -> None:
-        """Park a sequence holding ``tokens``; parked sequences it extends are dropped."""
+            snapshots: dict[int, bytes]) -> bool:
+        """Park a sequence holding ``tokens``; parked sequences it extends are dropped, then
+        the least recently used ones but the pinned until it fits. False: not parked (it
+        does not fit beside the pinned entries)."""
         entry = Parked(list(tokens), adapters, state, snapshots, next(self._clock))
         if not self.fits(entry.size):
-            return
+            return False
         tree = self._tree(adapters)
         for _, key in tree.stored_prefixes(tokens):
-            self._drop(key)
+            if key not in self._pinned:
+                self._drop(key)
         key = next(self._ids)
         self._entries[key] = entry
         tree.insert(key, entry.tokens)
         self.bytes += entry.size
         while self.bytes > self.max_bytes:
-            self._drop(min(self._entries, key=lambda k: self._entries[k].last_used))
+            self._drop(min((k for k in self._entries if k not in self._pinned),
+                           key=lambda k: self._entries[k].last_used))
         self._gauges()
+        return key in self._entries
 
     def sharing(self, tokens: list[int], adapters: Adapters
                 ) -> list[tuple[int, int, list[int]]]:
@@ -91,6 +97,12 @@ class ParkedSequences:
                  for key, n in tree.common_prefixes(tokens).items() if n > 0]
         found.sort(key=lambda e: (-e[0], len(e[2])))
         return found
+
+    def pin_sharing(self, tokens: list[int], adapters: Adapters, most: int = 4) -> None:
+        """Until the next call, the ``most`` entries sharing the longest prefixes with
+        ``tokens`` are not pushed out to make room (a prompt about to load one must not
+        see it dropped by the parking of others first)."""
+        self._pinned = {key for _, key, _ in self.sharing(tokens, adapters)[:most]}
 
     def snapshot_positions(self, key: int) -> tuple[int, ...]:
         entry = self._entries.get(key)

@@ -206,6 +206,8 @@ class PrefixCache(SnapshotPaths, StoredPaths):
         slot.tokens = []
 
     def _room(self, need: int, reserved: int, keep: tuple[Slot, ...]) -> bool:
+        if self.cells_used() + reserved + need > self.capacity:
+            self.park_idle(keep)  # (idle sequences are kept in RAM before any is dropped)
         while self.cells_used() + reserved + need > self.capacity:
             if not self.evict_lru(keep):
                 return False
@@ -224,12 +226,16 @@ class PrefixCache(SnapshotPaths, StoredPaths):
             return False
         placed = None
         keep = (match.slot,) if match.slot else ()
-        self.park_idle(keep)  # (before anything evicts an idle sequence to make room)
+        if self.parked is not None and reuse:  # what this prompt may load stays in RAM...
+            self.parked.pin_sharing(r.prompt, r.adapters)
+        self.park_idle(keep)  # ...while idle sequences are parked before any is dropped
         if reuse:
             placed = self._from_stored(r, match.usable, reserved, keep)
             if placed is None and match.slot is not None and \
                     len(match.slot.tokens) < match.usable:  # a failed load cleared it
                 match = self._match(r)
+                if match.wait:
+                    return False
         if placed is None and not reuse:
             # evaluate everything, but in the slot holding the most similar content, so the
             # KV does not fill with a second copy of it (every cell in use costs attention)
@@ -385,6 +391,7 @@ class PrefixCache(SnapshotPaths, StoredPaths):
 
     def release_slot(self, slot: Slot, keep: bool) -> None:
         slot.owner = None
+        slot.stays = False  # (its content may have changed: parking is tried again)
         self._owner_changes += 1
         slot.last_used = next(self._clock)
         if keep and slot.tokens and not slot.rolled_back:

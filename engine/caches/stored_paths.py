@@ -97,8 +97,8 @@ class StoredPaths:
             snapshots = dict(self._stored_snapshots(slot))
             if not self.parked.fits(len(state) + sum(map(len, snapshots.values()))):
                 continue
-            self.parked.put(slot.tokens, slot.adapters, state, snapshots)
-            self._evict(slot)
+            if self.parked.put(slot.tokens, slot.adapters, state, snapshots):
+                self._evict(slot)
 
     def _stored_snapshots(self, slot: Slot) -> tuple[tuple[int, bytes], ...]:
         return tuple((p, s.data) for p in self.snaps.positions(slot.seq_id)
@@ -168,11 +168,11 @@ class StoredPaths:
                          if p <= n and r.reusable(p) == p), default=0)
                 if n < in_memory + STORED_MIN_GAIN:
                     continue
+            got = store.read_entry(name, stored)  # (before _room, which may park others and
+            if got is None:  # so push this entry out of RAM)
+                continue
             if not self._room(len(stored) + 1, reserved, keep):
                 return None
-            got = store.read_entry(name, stored)
-            if got is None:
-                continue
             data, snapshots = got
             dst = self._victim(keep)
             self._evict(dst)

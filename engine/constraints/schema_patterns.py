@@ -203,6 +203,8 @@ class _Rewriter:
                 raise PatternError(f"'{c}' inside the pattern")
             elif c == '"' or ord(c) < 0x20 or c == "\x7f":
                 raise PatternError(f"the character {c!r}, which a JSON string escapes")
+            elif 0xD800 <= ord(c) <= 0xDFFF:  # (no UTF-8 text holds one: the grammar's
+                raise PatternError(f"the lone surrogate U+{ord(c):04X}")  # cannot either)
             else:
                 _refused(ord(c))
                 self.out.append(c)
