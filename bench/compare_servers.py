@@ -12,6 +12,10 @@ Build llama-server from the llama.cpp sources vendored in llama-cpp-python's sdi
     cmake -S /tmp/lcp/llama_cpp_python-*/vendor/llama.cpp -B /tmp/llama-build \
         -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF
     cmake --build /tmp/llama-build --target llama-server -j2
+On a CPU whose /proc/cpuinfo lists ``amx_tile`` add the flags ``.ci/run`` builds the bindings
+with (``-DCMAKE_C_FLAGS='-mno-amx-tile -mno-amx-int8 -mno-amx-bf16'``, the same for CXX):
+a native build there dies with SIGILL on quantized models such as Gemma 3's Q4_K_M
+(docs/BACKENDS.md#amx), while the tiny model's float weights never reach AMX.
 """
 
 from __future__ import annotations
